@@ -1,0 +1,42 @@
+"""attnlearn: learning multi-head softmax attention from value queries.
+
+The reproducible companion to S. Kim, I. Kim, J. Guo, "Provably Learning Multi-Head
+Attention with Queries", arXiv:2608.03294 (2026). The book in ``book/`` follows the
+paper's sections and calls these definitions.
+"""
+
+__version__ = "0.1.0"
+
+from .canonical import canonical, default_atol, param_error
+from .errors import (
+    CheckFailedError,
+    IllConditionedError,
+    InconsistentHeadCountError,
+    NotIdentifiableError,
+    PoleError,
+    RecoveryError,
+    UnmatchedHeadsError,
+)
+from .model import MultiHeadAttention
+from .oracle import Float32Rounding, GaussianNoise, Oracle, UniformNoise
+from .single_head import learn_single_head
+
+__all__ = [
+    "__version__",
+    "MultiHeadAttention",
+    "Oracle",
+    "UniformNoise",
+    "GaussianNoise",
+    "Float32Rounding",
+    "canonical",
+    "default_atol",
+    "param_error",
+    "learn_single_head",
+    "RecoveryError",
+    "NotIdentifiableError",
+    "InconsistentHeadCountError",
+    "PoleError",
+    "UnmatchedHeadsError",
+    "IllConditionedError",
+    "CheckFailedError",
+]

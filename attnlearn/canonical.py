@@ -1,0 +1,145 @@
+"""The canonical form of a multi-head model, and comparing models up to it.
+
+Used in: chapter 2 (introduced), chapters 3-6 (every recovery is scored with
+:func:`param_error` against :func:`canonical` of the true model).
+"""
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from ._arith import absmax, eps_of, is_mp, norm, to_float, to_mp
+from .model import MultiHeadAttention
+
+__all__ = ["canonical", "param_error", "default_atol"]
+
+
+def default_atol(model):
+    r"""The default tolerance of :func:`canonical`: :math:`\epsilon^{3/4}\,s`.
+
+    :math:`\epsilon` is the unit roundoff of the model's arithmetic (float64, or mpmath's
+    current precision) and :math:`s=\max(1,\max|W|,\max|v|)` the model's scale.
+    """
+    scale = max(1.0, absmax(model.W), absmax(model.v))
+    return eps_of(model.W) ** 0.75 * scale
+
+
+def _sort_key(W, v):
+    return tuple(to_float(W).ravel().tolist()) + tuple(to_float(v).ravel().tolist())
+
+
+def canonical(model, *, atol=None):
+    r"""The canonical form: merge heads with equal :math:`W_h`, sum their :math:`v_h`, drop zero sums.
+
+    Parameters
+    ----------
+    model : MultiHeadAttention
+    atol : float, optional, keyword-only
+        Two heads are merged when :math:`\max_{ij}|(W_a-W_b)_{ij}|\le` ``atol``; a merged
+        head is dropped when :math:`\max_i|(\sum v_h)_i|\le` ``atol``. Default
+        :func:`default_atol` (``eps**0.75`` times the model's scale). Use ``atol=0`` to
+        merge only exactly equal matrices.
+
+    Returns
+    -------
+    MultiHeadAttention
+        The canonical model, heads in lexicographic order of ``(W_h, v_h)`` (so the
+        result does not depend on the order of the input heads), possibly with ``H = 0``.
+        In the arithmetic of the input.
+
+    Notes
+    -----
+    Merging is by single linkage: a head joins the group of any head within ``atol``.
+    Heads with the same :math:`W` have the same attention weights, so their outputs add
+    as one head with value vector :math:`\sum v_h`; a head with :math:`v=0` outputs zero.
+    Chapter 2 shows that two models define the same function exactly when their
+    canonical forms agree up to a permutation of heads (DESIGN §2).
+    """
+    if not isinstance(model, MultiHeadAttention):
+        raise TypeError(f"canonical expects a MultiHeadAttention, got {type(model).__name__}")
+    if atol is None:
+        atol = default_atol(model)
+    if not (np.isfinite(atol) and atol >= 0):
+        raise ValueError(f"atol must be a finite number >= 0, got {atol!r}")
+    H, d = model.H, model.d
+    # union-find over heads whose W agree within atol
+    parent = list(range(H))
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for a in range(H):
+        for b in range(a + 1, H):
+            if absmax(model.W[a] - model.W[b]) <= atol:
+                parent[find(b)] = find(a)
+    groups = {}
+    for h in range(H):
+        groups.setdefault(find(h), []).append(h)
+    heads = []
+    for members in groups.values():
+        W = model.W[members[0]]
+        v = model.v[members].sum(axis=0)
+        if absmax(v) <= atol:
+            continue
+        heads.append((W, v))
+    heads.sort(key=lambda wv: _sort_key(*wv))
+    if model.exact:
+        W = np.empty((len(heads), d, d), dtype=object)
+        v = np.empty((len(heads), d), dtype=object)
+        for i, (Wh, vh) in enumerate(heads):
+            W[i], v[i] = Wh, vh
+    else:
+        W = np.array([wv[0] for wv in heads]).reshape(len(heads), d, d)
+        v = np.array([wv[1] for wv in heads]).reshape(len(heads), d)
+    return MultiHeadAttention(W, v)
+
+
+def _rel(diff, ref):
+    r = norm(ref)
+    return norm(diff) / r if r > 0 else norm(diff)
+
+
+def param_error(a, b):
+    r"""Largest relative parameter error over heads after the optimal head matching.
+
+    Parameters
+    ----------
+    a, b : MultiHeadAttention
+        ``b`` is the reference (e.g. ``canonical(true_model)``); float64 or mpmath.
+
+    Returns
+    -------
+    float
+        :math:`\min_\pi\max_h\max\big(\|W^a_{\pi(h)}-W^b_h\|_F/\|W^b_h\|_F,\;
+        \|v^a_{\pi(h)}-v^b_h\|/\|v^b_h\|\big)`, the matching found with
+        :func:`scipy.optimize.linear_sum_assignment` on these per-pair errors [1]_ (a
+        zero reference norm makes that term absolute). ``inf`` when the head counts
+        differ; ``0.0`` when both models have no heads. Differences are taken in mpmath
+        when either model is, so errors far below float64 resolution are reported.
+
+    References
+    ----------
+    .. [1] H. W. Kuhn, "The Hungarian method for the assignment problem", Naval Research
+           Logistics Quarterly 2 (1955) 83-97.
+    """
+    for m in (a, b):
+        if not isinstance(m, MultiHeadAttention):
+            raise TypeError(f"param_error expects MultiHeadAttention models, got {type(m).__name__}")
+    if a.d != b.d:
+        raise ValueError(f"models have different widths d = {a.d} and d = {b.d}")
+    if a.H != b.H:
+        return float("inf")
+    if a.H == 0:
+        return 0.0
+    Wa, va, Wb, vb = a.W, a.v, b.W, b.v
+    if is_mp(Wa) or is_mp(Wb):
+        Wa, va, Wb, vb = (to_mp(x) for x in (Wa, va, Wb, vb))
+    H = a.H
+    cost = np.empty((H, H))
+    for i in range(H):
+        for j in range(H):
+            cost[i, j] = max(_rel(Wa[i] - Wb[j], Wb[j]), _rel(va[i] - vb[j], vb[j]))
+    rows, cols = linear_sum_assignment(cost)
+    return float(cost[rows, cols].max())

@@ -1,0 +1,161 @@
+"""The multi-head softmax-attention regressor (DESIGN §1; book chapter 1).
+
+Used in: every chapter (chapter 1 introduces it).
+"""
+
+import mpmath
+import numpy as np
+
+from ._arith import as_real_array, is_mp, mp_exp, to_mp
+
+__all__ = ["MultiHeadAttention", "check_sequences"]
+
+
+def check_sequences(Xs, d, *, batch):
+    """Validate one sequence ``(N, d)`` (``batch=False``) or a batch ``(n, N, d)``.
+
+    Returns a float64 array, or an object array when the input holds mpmath numbers.
+    Used by the models and by :class:`attnlearn.Oracle`.
+    """
+    arr = np.asarray(Xs) if not isinstance(Xs, np.ndarray) else Xs
+    want = 3 if batch else 2
+    shape_txt = "(n, N, d)" if batch else "(N, d)"
+    if arr.ndim != want:
+        raise ValueError(
+            f"a {'batch of sequences' if batch else 'sequence'} must have shape {shape_txt}, "
+            f"got an array with shape {arr.shape}"
+        )
+    if arr.shape[-1] != d:
+        raise ValueError(f"tokens have width {arr.shape[-1]}, but the model has d = {d}")
+    if arr.shape[-2] == 0:
+        raise ValueError("empty sequence: a query needs at least one token (N >= 1)")
+    return as_real_array(arr, "sequence")
+
+
+class MultiHeadAttention:
+    r"""Multi-head softmax attention read at the final token.
+
+    Parameters
+    ----------
+    W : array_like, shape (H, d, d)
+        Merged query-key matrices :math:`W_h`.
+    v : array_like, shape (H, d)
+        Merged value-output vectors :math:`v_h`.
+
+    Notes
+    -----
+    For a sequence :math:`X=(x_1,\dots,x_N)` the model returns (DESIGN §1, the
+    convention of [2]_)
+
+    .. math:: f(X)=\sum_{h=1}^{H}\sum_{i=1}^{N}\alpha_{h,i}\,v_h^\top x_i,\qquad
+              \alpha_h=\operatorname{softmax}_i\big(x_i^\top W_h x_N\big).
+
+    ``H = 0`` is allowed (the zero function); ``W`` then has shape ``(0, d, d)``.
+    Entries may be float64 or mpmath numbers (exact mode); a model with mpmath entries
+    evaluates in mpmath at the current ``mpmath.mp`` precision.
+
+    References
+    ----------
+    .. [1] S. Kim, I. Kim, J. Guo, "Provably Learning Multi-Head Attention with
+           Queries", arXiv:2608.03294, 2026.
+    .. [2] S. Bhattamishra, K. Shah, M. Hahn, V. Kanade, "Provably Learning Attention
+           with Queries", arXiv:2601.16873, 2026.
+    """
+
+    def __init__(self, W, v):
+        W = as_real_array(W, "W")
+        v = as_real_array(v, "v")
+        if W.ndim != 3 or W.shape[1] != W.shape[2]:
+            raise ValueError(f"W must have shape (H, d, d), got {W.shape}")
+        if v.ndim != 2:
+            raise ValueError(f"v must have shape (H, d), got {v.shape}")
+        if v.shape != W.shape[:2]:
+            raise ValueError(
+                f"inconsistent head count or width: W has shape {W.shape} "
+                f"(H = {W.shape[0]}, d = {W.shape[1]}) but v has shape {v.shape}"
+            )
+        if W.shape[1] == 0:
+            raise ValueError("the token width d must be at least 1")
+        if is_mp(W) != is_mp(v):
+            W, v = to_mp(W), to_mp(v)
+        self.W = W
+        self.v = v
+
+    @property
+    def H(self):
+        """Number of heads."""
+        return self.W.shape[0]
+
+    @property
+    def d(self):
+        """Token width."""
+        return self.W.shape[1]
+
+    @property
+    def exact(self):
+        """True when the parameters are mpmath numbers."""
+        return is_mp(self.W)
+
+    @property
+    def V(self):
+        r""":math:`V=\sum_h v_h`, what a single-token query reads: :math:`f((x))=V^\top x`."""
+        if self.H == 0:
+            return to_mp(np.zeros(self.d)) if self.exact else np.zeros(self.d)
+        return self.v.sum(axis=0)
+
+    def to_mpmath(self):
+        """The same model with mpmath entries (float64 values are taken exactly)."""
+        return MultiHeadAttention(to_mp(self.W), to_mp(self.v))
+
+    def __repr__(self):
+        kind = "mpmath" if self.exact else "float64"
+        return f"MultiHeadAttention(H={self.H}, d={self.d}, {kind})"
+
+    def __call__(self, X):
+        """Output :math:`f(X)` for one sequence ``X`` of shape ``(N, d)``."""
+        X = check_sequences(X, self.d, batch=False)
+        out = self.batch(X[None])[0]
+        return out if is_mp(out) else float(out)
+
+    def batch(self, Xs):
+        """Outputs for a batch ``Xs`` of shape ``(n, N, d)``; returns shape ``(n,)``.
+
+        Vectorised over the batch in float64; in mpmath the same formula runs on object
+        arrays (exact mode is for small problems).
+        """
+        Xs = check_sequences(Xs, self.d, batch=True)
+        if self.exact or is_mp(Xs):
+            return self._batch_mp(Xs)
+        return self._batch_float(Xs)
+
+    def _batch_float(self, Xs):
+        n, N, d = Xs.shape
+        H = self.H
+        if H == 0:
+            return np.zeros(n)
+        q = Xs[:, -1, :]
+        # W_h q for every head at once: one BLAS product (d, H*d)
+        Wq = (q @ self.W.transpose(2, 0, 1).reshape(d, H * d)).reshape(n, H, d)
+        s = np.matmul(Xs, Wq.transpose(0, 2, 1))  # (n, N, H): x_i^T W_h x_N
+        vals = Xs @ self.v.T  # (n, N, H): v_h^T x_i
+        s -= s.max(axis=1, keepdims=True)  # softmax shift, exact in exact arithmetic
+        e = np.exp(s)
+        return ((e * vals).sum(axis=1) / e.sum(axis=1)).sum(axis=1)
+
+    def _batch_mp(self, Xs):
+        Xs = to_mp(Xs)
+        W = to_mp(self.W)
+        v = to_mp(self.v)
+        n = Xs.shape[0]
+        out = np.empty(n, dtype=object)
+        for k in range(n):
+            X = Xs[k]
+            total = mpmath.mpf(0)
+            for h in range(self.H):
+                Wq = W[h].dot(X[-1])
+                s = X.dot(Wq)
+                smax = max(s)
+                e = mp_exp(s - smax)
+                total += mpmath.fdot(e, X.dot(v[h])) / mpmath.fsum(e)
+            out[k] = total
+        return out

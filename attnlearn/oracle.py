@@ -1,0 +1,159 @@
+"""Black-box value-query access to a model, with counting, exact mode and noise.
+
+Used in: every chapter (introduced in chapter 1; noise models in chapter 5).
+"""
+
+import numbers
+import time
+from collections import Counter
+
+import mpmath
+import numpy as np
+
+from ._arith import is_mp, to_float, to_mp
+from .model import check_sequences
+
+__all__ = ["Oracle", "UniformNoise", "GaussianNoise", "Float32Rounding"]
+
+
+class UniformNoise:
+    r"""Additive output error drawn uniformly from :math:`[-\varepsilon, \varepsilon]`."""
+
+    def __init__(self, epsilon):
+        if not (isinstance(epsilon, numbers.Real) and np.isfinite(epsilon) and epsilon >= 0):
+            raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
+        self.epsilon = float(epsilon)
+
+    def bound(self, y):
+        """A bound on the absolute error of each output."""
+        return self.epsilon
+
+    def sample(self, rng, y):
+        return rng.uniform(-self.epsilon, self.epsilon, size=len(y))
+
+    def __repr__(self):
+        return f"UniformNoise(epsilon={self.epsilon:.3g})"
+
+
+class GaussianNoise:
+    r"""Additive output error :math:`\mathcal N(0,\sigma^2)` (unbounded; ``bound`` is :math:`5\sigma`)."""
+
+    def __init__(self, sigma):
+        if not (isinstance(sigma, numbers.Real) and np.isfinite(sigma) and sigma >= 0):
+            raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+        self.sigma = float(sigma)
+
+    def bound(self, y):
+        return 5.0 * self.sigma
+
+    def sample(self, rng, y):
+        return rng.normal(0.0, self.sigma, size=len(y))
+
+    def __repr__(self):
+        return f"GaussianNoise(sigma={self.sigma:.3g})"
+
+
+class Float32Rounding:
+    """Outputs rounded to the nearest float32 (relative error at most 2**-24)."""
+
+    def bound(self, y):
+        return float(np.max(np.abs(to_float(y)))) * 2.0**-24 if len(y) else 0.0
+
+    def sample(self, rng, y):
+        yf = to_float(y)
+        return yf.astype(np.float32).astype(float) - yf
+
+    def __repr__(self):
+        return "Float32Rounding()"
+
+
+class Oracle:
+    r"""Value-query access to ``model``: a sequence in, one scalar out, every query counted.
+
+    Parameters
+    ----------
+    model : MultiHeadAttention or OneLayerTransformer
+        Any object with ``.d`` and ``.batch(Xs)``; the learner never sees it.
+    precision : "float64" or int, keyword-only
+        ``"float64"`` evaluates in numpy. An integer ``p > 0`` is exact mode: the model's
+        parameters are taken exactly as mpmath numbers and every output is computed with
+        mpmath at ``p`` decimal digits and returned as ``mpmath.mpf``.
+    noise : UniformNoise, GaussianNoise, Float32Rounding or None, keyword-only
+        Additive output error model (chapter 5), drawn from ``seed``.
+    seed : int or None, keyword-only
+        Seed of the noise generator.
+
+    Attributes
+    ----------
+    queries : int
+        Number of sequences asked so far (batched or not).
+    max_length : int
+        Longest sequence asked so far (0 before the first query).
+    lengths : collections.Counter
+        How many queries of each length were asked.
+    elapsed : float
+        Seconds spent evaluating the model (for the benchmarks).
+    """
+
+    def __init__(self, model, *, precision="float64", noise=None, seed=None):
+        if not (hasattr(model, "batch") and hasattr(model, "d")):
+            raise TypeError("model must have .d and .batch(Xs), e.g. a MultiHeadAttention")
+        if isinstance(precision, str):
+            if precision != "float64":
+                raise ValueError(f'precision must be "float64" or a positive integer, got {precision!r}')
+            self.dps = None
+        else:
+            if isinstance(precision, bool) or not isinstance(precision, numbers.Integral):
+                raise TypeError(
+                    f'precision must be "float64" or a positive integer number of digits, '
+                    f"got {type(precision).__name__} {precision!r}"
+                )
+            if precision <= 0:
+                raise ValueError(f"precision must be a positive number of digits, got {precision}")
+            self.dps = int(precision)
+        if noise is not None and not hasattr(noise, "sample"):
+            raise TypeError("noise must be UniformNoise(...), GaussianNoise(...), Float32Rounding() or None")
+        self._model = model.to_mpmath() if self.dps is not None else model
+        self.d = model.d
+        self.noise = noise
+        self._rng = np.random.default_rng(seed)
+        self.queries = 0
+        self.max_length = 0
+        self.lengths = Counter()
+        self.elapsed = 0.0
+
+    @property
+    def exact(self):
+        """True in exact mode (``precision`` an integer)."""
+        return self.dps is not None
+
+    def __repr__(self):
+        prec = "float64" if self.dps is None else f"{self.dps} digits"
+        return f"Oracle(d={self.d}, precision={prec}, noise={self.noise!r}, queries={self.queries})"
+
+    def __call__(self, X):
+        """Ask one sequence ``X`` of shape ``(N, d)``; returns a float (mpf in exact mode)."""
+        X = check_sequences(X, self.d, batch=False)
+        return self.batch(X[None])[0]
+
+    def batch(self, Xs):
+        """Ask ``n`` sequences of the same length at once; ``Xs`` has shape ``(n, N, d)``."""
+        Xs = check_sequences(Xs, self.d, batch=True)
+        n, N, _ = Xs.shape
+        t0 = time.perf_counter()
+        if self.dps is None:
+            Xs = to_float(Xs) if is_mp(Xs) else Xs
+            y = np.asarray(self._model.batch(Xs), dtype=float)
+            if self.noise is not None:
+                y = y + self.noise.sample(self._rng, y)
+        else:
+            with mpmath.workdps(self.dps):
+                y = self._model.batch(to_mp(Xs))
+                if self.noise is not None:
+                    y = y + to_mp(self.noise.sample(self._rng, y))
+                y = np.array([+yi for yi in y], dtype=object)  # round to the working precision
+        self.elapsed += time.perf_counter() - t0
+        self.queries += n
+        self.lengths[N] += n
+        self.max_length = max(self.max_length, N)
+        return y

@@ -1,0 +1,120 @@
+"""The prior work's elementary single-head algorithm (DESIGN §3; book chapter 1).
+
+Used in: chapter 1 (claim C1, and why it fails per head on multi-head models).
+"""
+
+import mpmath
+import numpy as np
+
+from ._arith import is_mp, mp_log, norm, to_float, to_mp
+from .errors import NotIdentifiableError, RecoveryError
+from .model import MultiHeadAttention
+
+__all__ = ["learn_single_head", "balanced_basis"]
+
+
+def balanced_basis(v):
+    r"""An orthonormal basis :math:`u_1,\dots,u_d` with :math:`v^\top u_i=\|v\|/\sqrt d` for all :math:`i`.
+
+    The Householder reflection that maps :math:`v/\|v\|` to :math:`\mathbf 1/\sqrt d`;
+    its columns are the :math:`u_i`. Symmetric and orthogonal, so perfectly conditioned,
+    and no :math:`v^\top u_i` vanishes: the degenerate directions of DESIGN §3 are
+    avoided by construction. Works in float64 and mpmath.
+    """
+    exact = is_mp(v)
+    d = len(v)
+    one = mpmath.mpf(1) if exact else 1.0
+    sqrt = mpmath.sqrt if exact else np.sqrt
+    vhat = v / (mpmath.sqrt(sum(x * x for x in v)) if exact else np.linalg.norm(v))
+    w = vhat - np.full(d, one / sqrt(d), dtype=object if exact else float)
+    ww = sum(x * x for x in w) if exact else float(w @ w)
+    eye = to_mp(np.eye(d)) if exact else np.eye(d)
+    if ww == 0:
+        return eye
+    return eye - 2 * np.outer(w, w) / ww
+
+
+def learn_single_head(oracle, d):
+    r"""Recover a single head :math:`(W, v)` with :math:`d^2+d` value queries [1]_.
+
+    Parameters
+    ----------
+    oracle : Oracle
+        Access to a single-head model (float64 or exact mode).
+    d : int
+        Token width; must match the oracle.
+
+    Returns
+    -------
+    MultiHeadAttention
+        One head; mpmath entries when the oracle is in exact mode.
+
+    Raises
+    ------
+    NotIdentifiableError
+        If :math:`v=0` (the model is the zero function; :math:`W` is not determined).
+    RecoveryError
+        If a log-ratio argument is not positive (noise, or not a single-head model).
+
+    Notes
+    -----
+    Step 1: the singleton query :math:`(e_i)` returns :math:`v_i`. Step 2: for a query
+    :math:`(x, q)` with scores :math:`a=x^\top Wq`, :math:`b=q^\top Wq`,
+
+    .. math:: f=\frac{e^{a}v^\top x+e^{b}v^\top q}{e^{a}+e^{b}}
+       \;\Longrightarrow\; (x-q)^\top W q = a-b=\log\frac{v^\top q-f}{f-v^\top x}
+
+    whenever :math:`v^\top x\ne v^\top q` (derived in sympy in chapter 1). With
+    :math:`q=e_j` and :math:`x=e_j+u_i` for the balanced basis :math:`u_i` of
+    :func:`balanced_basis` (:math:`v^\top u_i=\|v\|/\sqrt d\neq0`), the :math:`d^2` queries
+    give :math:`R=U^\top W`, so :math:`W=UR`.
+
+    References
+    ----------
+    .. [1] S. Bhattamishra, K. Shah, M. Hahn, V. Kanade, "Provably Learning Attention
+           with Queries", arXiv:2601.16873, 2026.
+    """
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    if d != oracle.d:
+        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
+    exact = oracle.exact
+    ctx = mpmath.workdps(oracle.dps) if exact else _nullcontext()
+    with ctx:
+        eye = to_mp(np.eye(d)) if exact else np.eye(d)
+        v = oracle.batch(eye[:, None, :])  # (e_i): v_i
+        if norm(v) == 0:
+            raise NotIdentifiableError(
+                "every singleton query returned 0, so v = 0: the model is the zero function "
+                "and W is not identifiable"
+            )
+        U = balanced_basis(v)
+        vu = U.T.dot(v)  # v^T u_i, all equal to |v|/sqrt(d)
+        # queries (e_j + u_i, e_j) for all i, j: index [j, i]
+        q = np.repeat(eye[:, None, :], d, axis=1)  # (j, i, d)
+        x = q + U.T[None, :, :]
+        Xs = np.stack([x, q], axis=2).reshape(d * d, 2, d)
+        f = oracle.batch(Xs).reshape(d, d)
+        vq = v[:, None]  # v^T e_j
+        vx = v[:, None] + vu[None, :]
+        num, den = vq - f, f - vx
+        ratio = num / den
+        bad = [(j, i) for j in range(d) for i in range(d) if not ratio[j, i] > 0]
+        if bad:
+            j, i = bad[0]
+            raise RecoveryError(
+                f"log-ratio argument (v^T q - f)/(f - v^T x) = {float(ratio[j, i]):.3g} is not "
+                f"positive for column {j}, direction {i}: the outputs are not those of a "
+                "single noiseless head"
+            )
+        R = (mp_log(ratio) if exact else np.log(ratio)).T  # R[i, j] = u_i^T W e_j
+        W = U.dot(R)
+    return MultiHeadAttention(W[None], v[None])
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
