@@ -17,6 +17,7 @@ from .errors import (
     RecoveryError,
     UnmatchedHeadsError,
 )
+from .learner import Recovery, learn, query_budget
 from .model import MultiHeadAttention
 from .oracle import Float32Rounding, GaussianNoise, Oracle, UniformNoise
 from .single_head import learn_single_head
@@ -32,6 +33,9 @@ __all__ = [
     "default_atol",
     "param_error",
     "learn_single_head",
+    "learn",
+    "Recovery",
+    "query_budget",
     "RecoveryError",
     "NotIdentifiableError",
     "InconsistentHeadCountError",

@@ -79,6 +79,9 @@ def canonical(model, *, atol=None):
         groups.setdefault(find(h), []).append(h)
     heads = []
     for members in groups.values():
+        # order the members by their own (W, v), not by input position, so the chosen
+        # W and the rounding of the sum of v do not depend on the order of the heads
+        members = sorted(members, key=lambda h: _sort_key(model.W[h], model.v[h]))
         W = model.W[members[0]]
         v = model.v[members].sum(axis=0)
         if absmax(v) <= atol:

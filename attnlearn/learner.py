@@ -1,0 +1,529 @@
+r"""The multi-head learner: blocks, links and crosses (DESIGN §4.3-4.4; claims C3-C7).
+
+Used in: chapter 4 (introduced, with the exact counts), chapters 5 and 6.
+"""
+
+import numbers
+
+import mpmath
+import numpy as np
+
+from ._arith import norm, solve, to_float, to_mp
+from .canonical import canonical
+from .errors import CheckFailedError, IllConditionedError, InconsistentHeadCountError, NotIdentifiableError
+from .matching import match_candidates
+from .model import MultiHeadAttention
+from .rational import copies_sequences, fit_checked, fit_min_degree
+
+__all__ = ["learn", "Recovery", "query_budget"]
+
+
+def query_budget(d, n):
+    r"""The paper's count :math:`4nd^2-2n+1` and maximum length :math:`2n+1` (claims C6, C7)."""
+    return 4 * n * d * d - 2 * n + 1, 2 * n + 1
+
+
+class Recovery:
+    r"""What :func:`learn` recovered, and how far to trust it.
+
+    Attributes
+    ----------
+    model : MultiHeadAttention
+        The canonical model recovered (mpmath entries in exact mode), heads in
+        :func:`canonical` order.
+    heads : int
+        Number of canonical heads found (possibly 0).
+    queries : dict
+        ``design`` (the paper's :math:`4nd^2-2n+1`), ``constants`` (robust mode's extra
+        constant queries), ``holdout`` (verification queries) and ``total``.
+    max_length : int
+        Longest query asked by the design.
+    output_error : float
+        The absolute output error :math:`\varepsilon` assumed for every oracle answer.
+    error_estimate : float
+        First-order bound on the relative parameter error (as measured by
+        :func:`param_error`), from the sensitivities of every step (chapter 5).
+    sensitivity : float
+        ``error_estimate / output_error``: the constant :math:`K` of claim C8.
+    holdout_error : float or None
+        Largest relative discrepancy between the recovered model and the oracle on
+        held-out random queries (float64 mode).
+    diagnostics : dict
+        Per-configuration arrays: ``interp_residual``, ``condition`` (largest row sum of
+        :math:`|J^{-1}|`), ``link_residual``/``link_margin``, ``cross_residual``/
+        ``cross_margin``, the query ``scale`` used, and ``labels``.
+    """
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def __repr__(self):
+        return (
+            f"Recovery(heads={self.heads}, d={self.model.d}, queries={self.queries['total']}, "
+            f"max_length={self.max_length}, error_estimate={self.error_estimate:.1e})"
+        )
+
+
+def _check_count(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+    return int(value)
+
+
+def _unit_rows(rng, n, d):
+    z = rng.normal(size=(n, d))
+    return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+
+class _Asker:
+    """Ask the oracle, check every answer is finite, and convert to the learner's arithmetic."""
+
+    def __init__(self, oracle, exact):
+        self.oracle = oracle
+        self.exact = exact
+
+    def __call__(self, Xs, what):
+        y = self.oracle.batch(Xs)
+        ok = [mpmath.isfinite(v) for v in y] if self.exact else np.isfinite(np.asarray(y, dtype=float))
+        if not all(ok):
+            raise ValueError(f"the oracle returned a non-finite value (NaN or inf) for {what}")
+        return np.asarray(y, dtype=object) if self.exact else np.asarray(y, dtype=float)
+
+
+def learn(
+    oracle,
+    d,
+    *,
+    heads=None,
+    max_heads=None,
+    seed=0,
+    robust=False,
+    output_error=None,
+    holdout=None,
+    spread=2.0,
+    method="linearised",
+):
+    r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
+
+    Parameters
+    ----------
+    oracle : Oracle
+        Value-query access (float64 or exact mode); the learner reads nothing else.
+    d : int
+        Token width (must match the oracle).
+    heads, max_heads : int, keyword-only
+        Exactly one: the model's number of heads :math:`H` (claim C6) or an upper bound
+        :math:`H_0` (claim C7). Either way :math:`n` = that number sets the nodes
+        :math:`t=1..2n`; the canonical count :math:`H'\le n` is detected.
+    seed : int, keyword-only
+        Seed of the learner's random query vectors.
+    robust : bool, keyword-only
+        float64 practice mode: query each block's constant :math:`V^\top q_k` directly
+        (:math:`d-1` extra queries, reported) instead of deriving it from the learned
+        :math:`V`, and average the :math:`d` estimates of each :math:`v_h`.
+    output_error : float, optional, keyword-only
+        Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
+        :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
+        :math:`32\,\epsilon_{64}` times it in float64 (the oracle's own rounding).
+    holdout : int, optional, keyword-only
+        Number of held-out random queries used to check the result. Default 0 in exact
+        mode (so the count is exactly the paper's) and 32 in float64.
+    spread : float, keyword-only
+        Target for :math:`\max_h|\ell_h|`: after the first configuration the query
+        vectors are rescaled so that the pole positions spread about this much
+        (chapter 4 measures the choice).
+    method : {"linearised", "loewner"}, keyword-only
+        float64 interpolation formulation (chapter 3 compares them).
+
+    Returns
+    -------
+    Recovery
+
+    Raises
+    ------
+    RecoveryError
+        A subclass naming the configuration and the residual when a check fails:
+        :class:`PoleError`, :class:`InconsistentHeadCountError`,
+        :class:`UnmatchedHeadsError`, :class:`IllConditionedError`,
+        :class:`CheckFailedError`.
+
+    Notes
+    -----
+    The design (DESIGN §4.4): random :math:`q_1..q_d`; block :math:`k` has final token
+    :math:`q_k`, *base* configurations :math:`u_{k,j}` (:math:`j=1..d`) and *link*
+    configurations :math:`u_{k,1}+u_{k,j}` (:math:`j=2..d`); *cross* configurations
+    (:math:`k=2..d`) have final token :math:`q_1+q_k`. Each configuration costs the
+    :math:`2n` queries :math:`S(x,q,t)`, :math:`t=1..2n`; one more query :math:`(q_1)`
+    gives :math:`c_1=V^\top q_1`, and block 1's base configurations give :math:`V`
+    through :math:`F(0)=V^\top x`. In all, :math:`2n(2d^2-1)+1=4nd^2-2n+1` queries of
+    length at most :math:`2n+1` [1]_. Then :math:`w_{h,k}=W_hq_k` from
+    :math:`\ell=u^\top w_{h,k}` and :math:`W_h=[w_{h,1}\cdots w_{h,d}][q_1\cdots q_d]^{-1}`.
+
+    References
+    ----------
+    .. [1] S. Kim, I. Kim, J. Guo, "Provably Learning Multi-Head Attention with
+           Queries", arXiv:2608.03294, 2026.
+    """
+    if (heads is None) == (max_heads is None):
+        raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
+    n = _check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
+    d = _check_count(d, "d")
+    if d != oracle.d:
+        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
+    if method not in ("linearised", "loewner"):
+        raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
+    exact = oracle.exact
+    if exact and robust:
+        raise ValueError("robust=True is a float64 mode; exact mode needs no extra queries")
+    if holdout is None:
+        holdout = 0 if exact else 32
+    if isinstance(holdout, bool) or not isinstance(holdout, numbers.Integral) or holdout < 0:
+        raise ValueError(f"holdout must be a non-negative integer, got {holdout!r}")
+    if not (np.isfinite(spread) and spread > 0):
+        raise ValueError(f"spread must be a positive number, got {spread!r}")
+    if exact:
+        with mpmath.workdps(oracle.dps):
+            return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, True)
+    return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, False)
+
+
+def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, exact):
+    rng = np.random.default_rng(seed)
+    ask = _Asker(oracle, exact)
+    q0_before = oracle.queries
+    conv = to_mp if exact else (lambda a: np.asarray(a, dtype=float))
+    ts = list(range(1, 2 * n + 1))
+    eps64 = np.finfo(float).eps
+
+    # ---- random directions (scaled later) -------------------------------------------
+    qdir = _unit_rows(rng, d, d)  # q_k directions
+    base_dir = _unit_rows(rng, d * d, d).reshape(d, d, d)  # u_{k,j} directions
+    cross_dir = _unit_rows(rng, max(d - 1, 0), d)  # u for cross configurations
+
+    # ---- the one shared query (q_1) and the first configuration (probe for the scale) --
+    q = [None] * d
+    q[0] = conv(qdir[0])
+    c0 = ask(q[0][None, None, :], "the shared query (q_1)")[0]
+    u00 = conv(base_dir[0, 0])
+    F00 = np.stack([ask(copies_sequences(conv(q[0] - u00)[None], q[0][None], t), "configuration base(1,1)")
+                    for t in ts], axis=1)
+    labels00 = ["base(1,1)"]
+    tol_probe, _ = _tolerances(F00, None, exact, output_error, eps64, oracle)
+    kstar, fit00 = fit_min_degree(ts, F00 - c0, n, tol=tol_probe[0], labels=labels00, method=method)
+    L = float(np.max(np.abs(to_float(fit00.ell)))) if kstar else 0.0
+    f = spread / L if L > 0 else 1.0
+    f = float(np.clip(f, 1e-3, 1e3))
+    scale_info = {"probe_max_abs_ell": L, "factor": f}
+
+    # ---- the rest of the design ----------------------------------------------------------
+    for k in range(1, d):
+        q[k] = conv(qdir[k] * np.sqrt(f))
+    Q = np.stack(q, axis=1)  # columns q_k
+    U = np.empty((d, d, d), dtype=object if exact else float)  # U[k, j] = u_{k,j}
+    for k in range(d):
+        for j in range(d):
+            if k == 0 and j == 0:
+                U[0, 0] = u00
+            else:
+                # |u| * |q_k| = f so that ell = u^T W q spreads like f times the probe's
+                U[k, j] = conv(base_dir[k, j] * (f if k == 0 else np.sqrt(f)))
+    cross_u = []
+    for k in range(1, d):
+        qq = to_float(q[0] + q[k])
+        cross_u.append(conv(cross_dir[k - 1] * f / np.linalg.norm(qq)))
+
+    # configuration table: (kind, block k, j, u, final token q)
+    configs = [("base", 0, 0, U[0, 0], q[0])]
+    for k in range(d):
+        for j in range(d):
+            if (k, j) != (0, 0):
+                configs.append(("base", k, j, U[k, j], q[k]))
+        for j in range(1, d):
+            configs.append(("link", k, j, U[k, 0] + U[k, j], q[k]))
+    for k in range(1, d):
+        configs.append(("cross", k, 0, cross_u[k - 1], q[0] + q[k]))
+    labels = [f"{kind}({k + 1},{j + 1})" if kind != "cross" else f"cross({k + 1})" for kind, k, j, _, _ in configs]
+    C = len(configs)
+    uu = np.stack([c[3] for c in configs])
+    qq = np.stack([c[4] for c in configs])
+    xx = qq - uu
+    F = np.empty((C, len(ts)), dtype=object if exact else float)
+    F[0] = F00[0]
+    if C > 1:
+        for i, t in enumerate(ts):
+            F[1:, i] = ask(copies_sequences(xx[1:], qq[1:], t), f"the copies queries with t = {t}")
+    design_queries = oracle.queries - q0_before
+    max_length = 2 * n + 1
+
+    # ---- constants c = V^T q ---------------------------------------------------------------
+    const_queries = 0
+    blk = np.array([c[1] for c in configs])
+    kind = np.array([c[0] for c in configs])
+    in_block0 = (blk == 0) & (kind != "cross")
+    tol, eps_out = _tolerances(F, None, exact, output_error, eps64, oracle)
+    cvals = np.empty(C, dtype=object if exact else float)
+    cerr = np.zeros(C)  # error bound of each constant
+    cvals[in_block0] = c0
+    cerr[in_block0] = eps_out
+    # block 1: fit, then V from F(0) = c_1 + sum_h gamma_h = V^T x over the base configurations
+    idx0 = np.nonzero(in_block0)[0]
+    fit_b0 = fit_checked(ts, F[idx0] - c0, kstar, tol=tol, labels=[labels[i] for i in idx0], method=method)
+    base0 = [i for i in idx0 if kind[i] == "base"]
+    pos = {i: p for p, i in enumerate(idx0)}
+    X0 = np.stack([xx[i] for i in base0])
+    F0 = np.array([c0 + (sum(fit_b0.gamma[pos[i]]) if kstar else 0) for i in base0], dtype=X0.dtype)
+    V = solve(X0, F0)
+    if robust and d > 1:
+        extra = ask(np.stack(q[1:])[:, None, :], "the block constants (q_k)")
+        const_queries = d - 1
+        cq = np.concatenate([[c0], extra])
+    else:
+        cq = np.array([Q[:, k].dot(V) for k in range(d)], dtype=object if exact else float)
+    # error bound of V (first order): |dV|_inf <= |X0^{-1}|_inf * max_j |d F(0)_j|
+    X0inv_norm = float(np.abs(np.linalg.inv(to_float(X0))).sum(axis=1).max())
+    sens_b0 = np.asarray(fit_b0.sens)
+    dF0 = eps_out + (np.max(sens_b0[:, 1, :].sum(axis=1)) * eps_out if kstar else 0.0)
+    dV = X0inv_norm * dF0
+    for i in range(C):
+        if in_block0[i]:
+            continue
+        k = blk[i]
+        if kind[i] == "cross":
+            cvals[i] = cq[0] + cq[k]
+            cerr[i] = 2 * eps_out if robust else float(np.abs(to_float(qq[i])).sum()) * dV
+        else:
+            cvals[i] = cq[k]
+            cerr[i] = eps_out if robust else float(np.abs(to_float(q[k])).sum()) * dV
+    rest = np.nonzero(~in_block0)[0]
+    if len(rest):
+        m = len(ts)
+        fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
+                               labels=[labels[i] for i in rest], method=method)
+    H = kstar
+    ell = np.empty((C, H), dtype=object if exact else float)
+    gam = np.empty((C, H), dtype=object if exact else float)
+    sens = np.zeros((C, 2, H))
+    resid = np.zeros(C)
+    for src, idx in ((fit_b0, idx0), (fit_rest if len(rest) else None, rest)):
+        if src is None:
+            continue
+        ell[idx], gam[idx], sens[idx], resid[idx] = src.ell, src.gamma, src.sens, [float(r) for r in src.residual]
+    # first-order error bounds of every (ell, gamma): rows of |J^-1| times the sample error
+    err_in = eps_out + cerr  # a constant's error shifts every sample
+    err_ell = sens[:, 0, :] * err_in[:, None]
+    err_gam = sens[:, 1, :] * err_in[:, None]
+    _check_significant(to_float(ell), to_float(gam), err_ell, err_gam, labels, _safety(exact) if exact else 3.0)
+
+    diagnostics = {
+        "labels": labels,
+        "interp_residual": resid,
+        "condition": sens.reshape(C, -1).max(axis=1) if H else np.zeros(C),
+        "scale": scale_info,
+        "V": V,
+    }
+    queries = {"design": design_queries, "constants": const_queries, "holdout": 0}
+    if H == 0:
+        model = MultiHeadAttention(
+            np.zeros((0, d, d), dtype=object if exact else float), np.zeros((0, d), dtype=object if exact else float)
+        )
+        return _finish(oracle, model, queries, max_length, eps_out, 0.0, holdout, diagnostics, rng, f, exact)
+
+    # ---- links: label each block's base configurations like its first one --------------
+    index = {(c[0], c[1], c[2]): i for i, c in enumerate(configs)}
+    lab_ell = np.empty((d, d, H), dtype=ell.dtype)  # [k, j, h] labelled by base (k,1)
+    lab_gam = np.empty((d, d, H), dtype=ell.dtype)
+    lab_eell = np.zeros((d, d, H))
+    lab_egam = np.zeros((d, d, H))
+    for k in range(d):
+        i0 = index[("base", k, 0)]
+        lab_ell[k, 0], lab_gam[k, 0] = ell[i0], gam[i0]
+        lab_eell[k, 0], lab_egam[k, 0] = err_ell[i0], err_gam[i0]
+    if d > 1:
+        refs = [index[("base", k, 0)] for k in range(d) for j in range(1, d)]
+        oth = [index[("base", k, j)] for k in range(d) for j in range(1, d)]
+        lnk = [index[("link", k, j)] for k in range(d) for j in range(1, d)]
+        P = np.stack(
+            [ell[refs][:, :, None] + ell[oth][:, None, :], gam[refs][:, :, None] + gam[oth][:, None, :]], axis=3
+        )
+        O = np.stack([ell[lnk], gam[lnk]], axis=2)
+        sc = _scales(O)
+        etot = (_scaled_err(err_ell, err_gam, sc, refs) + _scaled_err(err_ell, err_gam, sc, oth)
+                + _scaled_err(err_ell, err_gam, sc, lnk))
+        mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=[labels[i] for i in lnk])
+        diagnostics["link_residual"], diagnostics["link_margin"] = mt.residual, mt.margin
+        r = 0
+        for k in range(d):
+            for j in range(1, d):
+                i = oth[r]
+                p = mt.perm[r]
+                lab_ell[k, j], lab_gam[k, j] = ell[i][p], gam[i][p]
+                lab_eell[k, j], lab_egam[k, j] = err_ell[i][p], err_gam[i][p]
+                r += 1
+
+    # ---- per-block solves: w_{h,k} = W_h q_k and v_h ------------------------------------------
+    w = np.empty((d, H, d), dtype=ell.dtype)  # [k, h, :]
+    vk = np.empty((d, H, d), dtype=ell.dtype)
+    ew = np.zeros((d, H))  # inf-norm error bounds
+    ev = np.zeros((d, H))
+    for k in range(d):
+        Uk = np.stack([U[k, j] for j in range(d)])  # rows u_{k,j}
+        w[k] = solve(Uk, lab_ell[k]).T
+        vk[k] = -solve(Uk, lab_gam[k]).T
+        ninv = float(np.abs(np.linalg.inv(to_float(Uk))).sum(axis=1).max())
+        ew[k] = ninv * lab_eell[k].max(axis=0)
+        ev[k] = ninv * lab_egam[k].max(axis=0)
+
+    # ---- crosses: label block k like block 1 ------------------------------------------------
+    perm_k = np.zeros((d, H), dtype=int)
+    perm_k[0] = np.arange(H)
+    if d > 1:
+        cr = [index[("cross", k, 0)] for k in range(1, d)]
+        P = np.empty((d - 1, H, H, 2), dtype=ell.dtype)
+        pe = np.zeros((d - 1, H, H, 2))
+        for r, i in enumerate(cr):
+            k = r + 1
+            ui = uu[i]
+            a1 = float(np.abs(to_float(ui)).sum())
+            for a in range(H):
+                for b in range(H):
+                    P[r, a, b, 0] = ui.dot(w[0, a] + w[k, b])
+                    P[r, a, b, 1] = -ui.dot(vk[0, a])
+                    pe[r, a, b, 0] = a1 * (ew[0, a] + ew[k, b])
+                    pe[r, a, b, 1] = a1 * ev[0, a]
+        O = np.stack([ell[cr], gam[cr]], axis=2)
+        sc = _scales(O)
+        etot = (pe[..., 0] / sc[:, None, None, 0]).max(axis=(1, 2)) + (pe[..., 1] / sc[:, None, None, 1]).max(axis=(1, 2))
+        etot = etot + _scaled_err(err_ell, err_gam, sc, cr)
+        mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=[labels[i] for i in cr])
+        diagnostics["cross_residual"], diagnostics["cross_margin"] = mt.residual, mt.margin
+        perm_k[1:] = mt.perm
+
+    # ---- assemble W_h = [w_{h,1} ... w_{h,d}] Q^{-1} -------------------------------------------
+    Wcols = np.empty((H, d, d), dtype=ell.dtype)  # [h, :, k]
+    Ew = np.zeros(H)
+    for h in range(H):
+        for k in range(d):
+            Wcols[h, :, k] = w[k, perm_k[k, h]]
+            Ew[h] = max(Ew[h], ew[k, perm_k[k, h]])
+    Qinv1 = float(np.abs(np.linalg.inv(to_float(Q))).sum(axis=0).max())
+    Wm = np.empty((H, d, d), dtype=ell.dtype)
+    for h in range(H):
+        Wm[h] = solve(Q.T, Wcols[h].T).T
+    if robust:
+        vm = np.stack([sum(vk[k, perm_k[k, h]] for k in range(d)) / d for h in range(H)])
+        Ev = np.array([max(ev[k, perm_k[k, h]] for k in range(d)) for h in range(H)])
+    else:
+        vm = vk[0]
+        Ev = ev[0]
+    # relative first-order bounds, in the Frobenius norms of param_error
+    rel = []
+    for h in range(H):
+        nW, nv = norm(Wm[h]), norm(vm[h])
+        eW = d * Ew[h] * Qinv1  # |dW|_F <= d * max |dW_ij|
+        evv = np.sqrt(d) * Ev[h]
+        rel.append(max(eW / nW if nW > 0 else eW, evv / nv if nv > 0 else evv))
+    estimate = float(max(rel))
+    for h in range(H):
+        if norm(vm[h]) == 0:
+            raise NotIdentifiableError(f"head {h} was recovered with v = 0 (not a canonical head)")
+    model = canonical(MultiHeadAttention(Wm, vm), atol=0)
+    return _finish(oracle, model, queries, max_length, eps_out, estimate, holdout, diagnostics, rng, f, exact)
+
+
+def _check_significant(ell, gam, err_ell, err_gam, labels, S):
+    """Every residue must stand out of its error bound, and every pair of poles apart."""
+    C, H = ell.shape
+    if H == 0:
+        return
+    small = np.abs(gam) <= S * err_gam
+    if np.any(small):
+        c, h = np.argwhere(small)[0]
+        raise IllConditionedError(
+            f"{labels[c]}: residue gamma = {gam[c, h]:.2e} is within {S:g} x its error bound "
+            f"{err_gam[c, h]:.1e} (a vanishing residue: a head invisible in this configuration)"
+        )
+    if H > 1:
+        gap = np.abs(ell[:, :, None] - ell[:, None, :])
+        allowed = S * (err_ell[:, :, None] + err_ell[:, None, :])
+        close = (gap <= allowed) & ~np.eye(H, dtype=bool)[None]
+        if np.any(close):
+            c, a, b = np.argwhere(close)[0]
+            raise IllConditionedError(
+                f"{labels[c]}: poles ell = {ell[c, a]:.4g} and {ell[c, b]:.4g} are closer than {S:g} x their "
+                f"error bounds ({err_ell[c, a]:.1e}, {err_ell[c, b]:.1e}): two heads cannot be told apart here"
+            )
+
+
+def _safety(exact):
+    """Matching tolerance, in units of the first-order error bound of the compared points."""
+    return 1e6 if exact else 10.0
+
+
+def _scales(O):
+    """Per-configuration units (C, 2) for the ell and gamma components of the observed sets."""
+    s = np.abs(to_float(O)).max(axis=1)
+    return np.maximum(s, 1e-300)
+
+
+def _scaled_err(err_ell, err_gam, sc, idx):
+    return np.maximum(err_ell[idx] / sc[:, None, 0], err_gam[idx] / sc[:, None, 1]).max(axis=1)
+
+
+def _tolerances(F, _unused, exact, output_error, eps64, oracle):
+    """Absolute output error eps (assumed or given) and the residual tolerance of the fits."""
+    Fmax = float(np.abs(to_float(F)).max()) if F.size else 0.0
+    if output_error is not None:
+        eps_out = float(output_error)
+    elif exact:
+        eps_out = 10.0 ** (-oracle.dps) * max(Fmax, 1.0)
+    else:
+        eps_out = 32 * eps64 * max(Fmax, 1e-300)
+    m = F.shape[1]
+    tol = (10.0 ** (-oracle.dps / 2) * max(Fmax, 1.0)) if exact and output_error is None else 30 * np.sqrt(m) * eps_out
+    return np.full(F.shape[0], tol) if F.shape[0] == 1 else tol, eps_out
+
+
+def _finish(oracle, model, queries, max_length, eps_out, estimate, holdout, diagnostics, rng, f, exact):
+    holdout_error = None
+    if holdout:
+        before = oracle.queries
+        worst = 0.0
+        scale_ref = 0.0
+        d = model.d
+        for N in range(1, max_length + 1):
+            m = max(1, holdout // max_length + (1 if N <= holdout % max_length else 0))
+            Xs = rng.normal(size=(m, N, d)) * np.sqrt(f) / np.sqrt(d)
+            Xs = to_mp(Xs) if exact else Xs
+            y = np.asarray(to_float(oracle.batch(Xs)))
+            yhat = np.asarray(to_float(model.batch(Xs)))
+            worst = max(worst, float(np.max(np.abs(y - yhat))))
+            scale_ref = max(scale_ref, float(np.max(np.abs(y))))
+        queries["holdout"] = oracle.queries - before
+        holdout_error = worst / max(scale_ref, 1e-300)
+        limit = max(1e3 * eps_out / max(scale_ref, 1e-300), 10 * estimate)
+        if holdout_error > limit:
+            raise CheckFailedError(
+                f"the recovered model misses the oracle on {queries['holdout']} held-out queries: relative "
+                f"discrepancy {holdout_error:.2e} > {limit:.2e} (10 x the error estimate {estimate:.1e})"
+            )
+    if not exact and estimate > 1e-1:
+        raise IllConditionedError(
+            f"first-order error estimate {estimate:.1e} exceeds 0.1: the interpolation is too ill-conditioned "
+            "in float64 for this model (use exact mode, robust=True, or fewer heads)"
+        )
+    queries["total"] = queries["design"] + queries["constants"] + queries["holdout"]
+    sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
+    return Recovery(
+        model=model,
+        heads=model.H,
+        queries=queries,
+        max_length=max_length,
+        output_error=eps_out,
+        error_estimate=estimate,
+        sensitivity=sensitivity,
+        holdout_error=holdout_error,
+        diagnostics=diagnostics,
+    )
+

@@ -1,0 +1,416 @@
+r"""Rational head separation: poles and residues of the copies family (DESIGN §4.1-4.2).
+
+Used in: chapter 3 (introduced: the rational function, interpolation, the rank that
+reveals the canonical head count), chapters 4-6 (inside :func:`attnlearn.learn`).
+
+For tokens :math:`x, q` and :math:`t\ge 1` copies of :math:`q`, the query
+:math:`S(x,q,t)=(x,q,\dots,q)` returns
+
+.. math:: F(t)=V^\top q+\sum_h\frac{\gamma_h}{1+\rho_h t},\qquad
+          \rho_h=e^{\ell_h},\ \ell_h=u^\top W_h q,\ \gamma_h=-u^\top v_h,\ u=q-x.
+
+With :math:`c=V^\top q` known, :math:`G=F-c=P/Q`, :math:`\deg P\le n-1`,
+:math:`Q(t)=\prod_h(1+\rho_h t)`, :math:`Q(0)=1`: :math:`2n` unknowns fixed by the
+samples :math:`t=1,\dots,2n`.
+"""
+
+import mpmath
+import numpy as np
+
+from .errors import InconsistentHeadCountError, PoleError
+
+__all__ = [
+    "copies_sequences",
+    "RationalFit",
+    "fit_known_degree",
+    "fit_min_degree",
+    "fit_checked",
+    "loewner_matrix",
+    "jacobian",
+]
+
+
+def copies_sequences(x, q, t):
+    r"""The queries :math:`S(x,q,t)` for many configurations at once.
+
+    Parameters
+    ----------
+    x, q : array, shape (C, d)
+        First token and final (repeated) token of each configuration.
+    t : int
+        Number of copies of ``q``.
+
+    Returns
+    -------
+    array, shape (C, t + 1, d)
+    """
+    x = np.asarray(x)
+    q = np.asarray(q)
+    return np.concatenate([x[:, None, :], np.repeat(q[:, None, :], t, axis=1)], axis=1)
+
+
+class RationalFit:
+    r"""Poles and residues of :math:`G(t)=\sum_h\gamma_h/(1+e^{\ell_h}t)` for C configurations.
+
+    Attributes
+    ----------
+    ell, gamma : array, shape (C, n)
+        :math:`\ell_h=\log\rho_h` sorted increasingly per configuration, and the residues.
+    sens : array, shape (C, 2, n)
+        First-order sensitivity: ``sens[c, 0, h]`` bounds :math:`|\delta\ell_h|` and
+        ``sens[c, 1, h]`` bounds :math:`|\delta\gamma_h|` per unit of the largest sample
+        error (row sums of :math:`|J^{-1}|`, :func:`jacobian`).
+    residual : array, shape (C,)
+        Largest refit residual :math:`|G(t_i)-\sum_h\gamma_h/(1+\rho_h t_i)|`.
+    """
+
+    def __init__(self, ell, gamma, sens, residual):
+        self.ell = ell
+        self.gamma = gamma
+        self.sens = sens
+        self.residual = residual
+
+    @property
+    def n(self):
+        return self.ell.shape[1]
+
+
+def jacobian(t, ell, gamma):
+    r"""Jacobian of the samples :math:`G(t_i)` with respect to :math:`(\ell_1..\ell_n,\gamma_1..\gamma_n)`.
+
+    .. math:: \frac{\partial G(t_i)}{\partial\gamma_h}=\frac1{1+\rho_h t_i},\qquad
+              \frac{\partial G(t_i)}{\partial\ell_h}=-\frac{\gamma_h\rho_h t_i}{(1+\rho_h t_i)^2}.
+
+    Shapes: ``t`` (m,), ``ell`` and ``gamma`` (C, n); returns (C, m, 2n), float64.
+    """
+    rho = np.exp(ell)[:, None, :]
+    tt = np.asarray(t, dtype=float)[None, :, None]
+    den = 1.0 + rho * tt
+    dl = -gamma[:, None, :] * rho * tt / den**2
+    dg = 1.0 / den
+    return np.concatenate([dl, dg], axis=2)
+
+
+def _linearised_float(t, G, n):
+    r"""Coefficients of :math:`P, Q` from :math:`P(t_i)-G_i(Q(t_i)-1)=G_i` (least squares if overdetermined).
+
+    Returns ``(p, qc, resid)`` with ``p`` (C, n) for :math:`t^0..t^{n-1}`, ``qc`` (C, n)
+    for :math:`t^1..t^n`. Columns are equilibrated (scaled to unit norm) before the solve.
+    """
+    t = np.asarray(t, dtype=float)
+    C, m = G.shape
+    powers = t[None, :, None] ** np.arange(n + 1)[None, None, :]  # (1, m, n+1)
+    A = np.concatenate(
+        [np.broadcast_to(powers[:, :, :n], (C, m, n)), -G[:, :, None] * powers[:, :, 1:]], axis=2
+    )
+    scale = np.linalg.norm(A, axis=1, keepdims=True)
+    scale[scale == 0] = 1.0
+    As = A / scale
+    sol = (np.linalg.pinv(As) @ G[:, :, None])[:, :, 0] / scale[:, 0, :]
+    resid = np.max(np.abs((A @ sol[:, :, None])[:, :, 0] - G), axis=1)
+    return sol[:, :n], sol[:, n:], resid
+
+
+def _poles_float(qc):
+    r"""Roots :math:`-\rho_h` of :math:`s^n+q_1s^{n-1}+\dots+q_n` via batched companion eigenvalues."""
+    C, n = qc.shape
+    comp = np.zeros((C, n, n))
+    comp[:, 0, :] = -qc
+    if n > 1:
+        comp[:, np.arange(1, n), np.arange(n - 1)] = 1.0
+    return -np.linalg.eigvals(comp)
+
+
+def _residues_float(t, rho, G):
+    t = np.asarray(t, dtype=float)
+    B = 1.0 / (1.0 + rho[:, None, :] * t[None, :, None])
+    return (np.linalg.pinv(B) @ G[:, :, None])[:, :, 0]
+
+
+def _polish_float(t, G, ell, gamma, iters=3):
+    """Gauss-Newton steps on the nonlinear least-squares fit in (ell, gamma)."""
+    t = np.asarray(t, dtype=float)
+    n = ell.shape[1]
+    for _ in range(iters):
+        model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * t[None, :, None])).sum(axis=2)
+        r = G - model
+        J = jacobian(t, ell, gamma)
+        step = (np.linalg.pinv(J) @ r[:, :, None])[:, :, 0]
+        ell = ell + step[:, :n]
+        gamma = gamma + step[:, n:]
+    return ell, gamma
+
+
+def _finish_float(t, G, ell, gamma):
+    order = np.argsort(ell, axis=1)
+    ell = np.take_along_axis(ell, order, axis=1)
+    gamma = np.take_along_axis(gamma, order, axis=1)
+    J = jacobian(t, ell, gamma)
+    with np.errstate(over="ignore"):  # a singular Jacobian gives inf sensitivity, reported as such
+        Jinv = np.linalg.pinv(J)
+        absrows = np.abs(Jinv).sum(axis=2)  # (C, 2n)
+    n = ell.shape[1]
+    sens = np.stack([absrows[:, :n], absrows[:, n:]], axis=1)
+    model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * np.asarray(t, float)[None, :, None])).sum(axis=2)
+    residual = np.max(np.abs(G - model), axis=1) if G.shape[1] else np.zeros(len(G))
+    return RationalFit(ell, gamma, sens, residual)
+
+
+def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
+    C = G.shape[0]
+    if n == 0:
+        return RationalFit(np.zeros((C, 0)), np.zeros((C, 0)), np.zeros((C, 2, 0)), np.max(np.abs(G), axis=1))
+    if method == "linearised":
+        _, qc, _ = _linearised_float(t, G, n)
+        rho = _poles_float(qc)
+    elif method == "loewner":
+        rho = _loewner_poles_float(t, G, n)
+    else:
+        raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
+    _check_poles(rho, np.finfo(float).eps ** 0.5, labels)
+    rho = rho.real
+    ell = np.log(rho)
+    gamma = _residues_float(t, rho, G)
+    if polish:
+        ell, gamma = _polish_float(t, G, ell, gamma)
+    return _finish_float(t, G, ell, gamma)
+
+
+def loewner_matrix(t, G):
+    r"""Loewner matrix :math:`\mathbb L_{ij}=(G(\mu_i)-G(\lambda_j))/(\mu_i-\lambda_j)` [1]_.
+
+    The nodes are split alternately: :math:`\mu` = odd-indexed, :math:`\lambda` =
+    even-indexed samples. For a rational :math:`G` of McMillan degree :math:`H'` sampled
+    at :math:`2n\ge 2H'` generic nodes, its rank is :math:`H'` (chapter 3).
+    Works on one configuration: ``t`` (m,), ``G`` (m,); float64 or mpmath.
+
+    References
+    ----------
+    .. [1] A. J. Mayo, A. C. Antoulas, "A framework for the solution of the generalized
+           realization problem", Linear Algebra Appl. 425 (2007) 634-662.
+    """
+    t = list(t)
+    mu, lam = t[0::2], t[1::2]
+    Gm, Gl = list(G[0::2]), list(G[1::2])
+    L = np.empty((len(mu), len(lam)), dtype=object if isinstance(G[0], mpmath.mpf) else float)
+    for i in range(len(mu)):
+        for j in range(len(lam)):
+            L[i, j] = (Gm[i] - Gl[j]) / (mu[i] - lam[j])
+    return L
+
+
+def _loewner_poles_float(t, G, n):
+    r"""Poles from the Loewner pencil :math:`(\sigma\mathbb L,\mathbb L)` (shifted Loewner).
+
+    With :math:`\mathbb L_s` the shifted Loewner matrix
+    :math:`(\mu_iG(\mu_i)-\lambda_jG(\lambda_j))/(\mu_i-\lambda_j)`, the generalised
+    eigenvalues of :math:`(\mathbb L_s,\mathbb L)` are the poles :math:`-1/\rho_h`.
+    """
+    t = np.asarray(t, dtype=float)
+    mu, lam = t[0::2], t[1::2]
+    Gm, Gl = G[:, 0::2], G[:, 1::2]
+    dm = mu[:, None] - lam[None, :]
+    L = (Gm[:, :, None] - Gl[:, None, :]) / dm
+    Ls = (mu[None, :, None] * Gm[:, :, None] - lam[None, None, :] * Gl[:, None, :]) / dm
+    # square n x n pencil on the first n nodes of each half (exactly determined when m = 2n)
+    L, Ls = L[:, :n, :n], Ls[:, :n, :n]
+    poles = np.linalg.eigvals(np.linalg.solve(L, Ls))
+    return -1.0 / poles
+
+
+def _check_poles(rho, tol, labels):
+    r"""Every :math:`\rho_h` must be real and positive (a negative real pole :math:`-1/\rho_h`)."""
+    rho = np.asarray(rho)
+    scale = np.maximum(np.abs(rho), 1e-300)
+    bad_imag = np.abs(np.imag(rho)) > tol * scale
+    bad_sign = np.real(rho) <= 0
+    bad = np.any(bad_imag | bad_sign, axis=1)
+    if np.any(bad):
+        c = int(np.argmax(bad))
+        name = labels[c] if labels is not None else f"configuration {c}"
+        raise PoleError(
+            f"{name}: interpolated poles -1/rho with rho = {np.round(rho[c], 6).tolist()} are "
+            "not all real and negative (rho must be real and > 0): the samples are not of the "
+            "copies-family form at this precision (noise, ill-conditioning, or a wrong head count)"
+        )
+
+
+# ----------------------------------------------------------------------------- mpmath
+def _fit_mp_one(t, G, n, label):
+    """Exact-mode fit of one configuration at the current mpmath precision."""
+    m = len(t)
+    if n == 0:
+        return [], [], max((abs(g) for g in G), default=mpmath.mpf(0))
+    rows = []
+    for ti, gi in zip(t, G):
+        rows.append([mpmath.mpf(ti) ** k for k in range(n)] + [-gi * mpmath.mpf(ti) ** k for k in range(1, n + 1)])
+    A = mpmath.matrix(rows)
+    b = mpmath.matrix(list(G))
+    if m == 2 * n:
+        sol = mpmath.lu_solve(A, b)
+    else:
+        sol, _ = mpmath.qr_solve(A, b)
+    qc = [sol[n + k] for k in range(n)]
+    # roots of s^n + q1 s^(n-1) + ... + qn are -rho_h
+    if n == 1:
+        roots = [-qc[0]]
+    else:
+        roots = mpmath.polyroots([mpmath.mpf(1)] + qc, maxsteps=400, extraprec=4 * mpmath.mp.prec)
+    rho = [-r for r in roots]
+    tol = mpmath.mpf(10) ** (-mpmath.mp.dps // 2)
+    for r in rho:
+        im = mpmath.im(r) if isinstance(r, mpmath.mpc) else 0
+        re = mpmath.re(r)
+        if abs(im) > tol * abs(r) or re <= 0:
+            raise PoleError(
+                f"{label}: interpolated pole -1/rho with rho = {mpmath.nstr(r, 8)} is not real and "
+                "negative (rho must be real and > 0)"
+            )
+    rho = sorted(mpmath.re(r) for r in rho)
+    B = mpmath.matrix([[1 / (1 + r * mpmath.mpf(ti)) for r in rho] for ti in t])
+    gamma, _ = mpmath.qr_solve(B, b)
+    gamma = [gamma[h] for h in range(n)]
+    resid = max(abs(G[i] - mpmath.fsum(gamma[h] / (1 + rho[h] * t[i]) for h in range(n))) for i in range(m))
+    return [mpmath.log(r) for r in rho], gamma, resid
+
+
+def _fit_mp(t, G, n, labels=None):
+    C = G.shape[0]
+    ell = np.empty((C, n), dtype=object)
+    gamma = np.empty((C, n), dtype=object)
+    residual = np.empty(C, dtype=object)
+    for c in range(C):
+        label = labels[c] if labels is not None else f"configuration {c}"
+        e, g, r = _fit_mp_one(list(t), list(G[c]), n, label)
+        ell[c, :], gamma[c, :], residual[c] = e, g, r
+    # sensitivities are a float64 diagnostic
+    fl = np.array(ell, dtype=float).reshape(C, n)
+    fg = np.array(gamma, dtype=float).reshape(C, n)
+    sens = _finish_float(t, np.zeros((C, len(t))), fl, fg).sens if n else np.zeros((C, 2, 0))
+    return RationalFit(ell, gamma, sens, residual)
+
+
+# ----------------------------------------------------------------------------- API
+def fit_known_degree(t, G, n, *, method="linearised", polish=True, labels=None):
+    r"""Poles and residues of :math:`G=P/Q` of degree ``n`` for each row of ``G``.
+
+    Parameters
+    ----------
+    t : sequence of int, length m >= 2n
+        The copy counts (the learner uses :math:`1,\dots,2n`).
+    G : array, shape (C, m)
+        :math:`F(t)-V^\top q` for C configurations; float64, or mpmath objects (exact mode:
+        everything is computed with mpmath at the current precision).
+    n : int
+        Number of poles (canonical heads).
+    method : {"linearised", "loewner"}, keyword-only
+        float64 only: the linearised system :math:`P(t_i)-G_iQ(t_i)=0` with equilibrated
+        columns, or the shifted Loewner pencil [1]_. Chapter 3 compares them.
+    polish : bool, keyword-only
+        float64 only: finish with Gauss-Newton steps on :math:`(\ell,\gamma)`.
+    labels : list of str, optional
+        Configuration names used in error messages.
+
+    Returns
+    -------
+    RationalFit
+
+    Raises
+    ------
+    PoleError
+        If a pole is not real and negative.
+
+    References
+    ----------
+    .. [1] A. J. Mayo, A. C. Antoulas, Linear Algebra Appl. 425 (2007) 634-662.
+    """
+    G = np.asarray(G)
+    if G.ndim != 2 or G.shape[1] != len(t):
+        raise ValueError(f"G must have shape (C, {len(t)}), got {G.shape}")
+    if len(t) < 2 * n:
+        raise ValueError(f"{len(t)} samples cannot fix {2 * n} unknowns (n = {n} poles)")
+    if G.dtype == object:
+        return _fit_mp(t, G, n, labels)
+    return _fit_float(t, G, n, method=method, polish=polish, labels=labels)
+
+
+def _fit_residuals(t, G, k, method):
+    """Refit residual of a degree-k fit for every configuration; inf where the fit fails."""
+    try:
+        return np.array([float(r) for r in fit_known_degree(t, G, k, method=method).residual])
+    except PoleError:
+        out = np.empty(len(G))
+        for c in range(len(G)):
+            try:
+                out[c] = float(fit_known_degree(t, G[c : c + 1], k, method=method).residual[0])
+            except PoleError:
+                out[c] = np.inf
+        return out
+
+
+def fit_min_degree(t, G, max_degree, *, tol, labels=None, method="linearised"):
+    r"""The minimal-degree interpolant, when only an upper bound on the degree is known.
+
+    The degree :math:`k^*` is the smallest :math:`k\le` ``max_degree`` whose fit reproduces
+    the first configuration's samples to ``tol`` (absolute). Every configuration must then
+    be fitted at degree :math:`k^*` and *not* at :math:`k^*-1`: the canonical head count
+    :math:`H'` is a property of the model, not of the configuration.
+
+    Returns
+    -------
+    (int, RationalFit)
+        :math:`k^*` and the fit of every configuration at that degree.
+
+    Raises
+    ------
+    InconsistentHeadCountError
+        If the configurations disagree, or no degree up to ``max_degree`` fits.
+
+    Notes
+    -----
+    A degree-:math:`k` rational function has :math:`2k` free parameters, so with
+    :math:`2n>2k` samples of a degree-:math:`H'` function (:math:`H'>k`) no fit is exact;
+    at :math:`k=H'` the fit is exact. Equivalently the Loewner matrix
+    (:func:`loewner_matrix`) of the samples has rank :math:`H'` (chapter 3). With
+    :math:`k=n` the system is square and fits anything: the top degree is accepted
+    without a residual test.
+    """
+    G = np.asarray(G)
+    C, m = G.shape
+
+    def name(c):
+        return labels[c] if labels is not None else f"configuration {c}"
+
+    kstar = None
+    for k in range(max_degree + 1):
+        if 2 * k >= m or _fit_residuals(t, G[:1], k, method)[0] <= np.ravel(tol)[0]:
+            kstar = k
+            break
+    if kstar is None:  # pragma: no cover - 2 * max_degree >= m always stops the loop
+        raise InconsistentHeadCountError(f"{name(0)}: no degree up to {max_degree} fits")
+    return kstar, fit_checked(t, G, kstar, tol=tol, labels=labels, method=method)
+
+
+def fit_checked(t, G, k, *, tol, labels=None, method="linearised"):
+    r""":func:`fit_known_degree` at degree ``k``, then check every refit residual against ``tol``.
+
+    When the samples overdetermine the fit (:math:`2k<m`), a configuration whose residual
+    exceeds its ``tol`` (scalar or one per configuration) has more than ``k`` heads.
+
+    Raises
+    ------
+    InconsistentHeadCountError
+    """
+    G = np.asarray(G)
+    C, m = G.shape
+    fit = fit_known_degree(t, G, k, method=method, labels=labels)
+    res = np.array([float(r) for r in fit.residual])
+    tol = np.broadcast_to(np.asarray(tol, dtype=float), (C,))
+    if 2 * k < m and np.any(res > tol):
+        c = int(np.argmax(res > tol))
+        name = labels[c] if labels is not None else f"configuration {c}"
+        raise InconsistentHeadCountError(
+            f"{name} needs more than the {k} canonical heads found in the first configuration: refit "
+            f"residual {res[c]:.2e} > tol {tol[c]:.2e} (configurations disagree on the head count)"
+        )
+    return fit
