@@ -1,0 +1,187 @@
+"""Tests of attnlearn.oracle: query counting, exact mode, precision checks, noise models."""
+
+import mpmath
+import numpy as np
+import pytest
+
+from attnlearn import Float32Rounding, GaussianNoise, MultiHeadAttention, Oracle, UniformNoise
+
+
+def random_model(rng, H, d):
+    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+
+
+@pytest.fixture
+def model():
+    return random_model(np.random.default_rng(10), 2, 3)
+
+
+# --- counting -------------------------------------------------------------------------
+
+
+def test_fresh_oracle_counts_nothing(model):
+    o = Oracle(model)
+    assert (o.queries, o.max_length, dict(o.lengths)) == (0, 0, {})
+    assert o.d == 3 and not o.exact
+
+
+def test_counts_single_and_batched(model):
+    rng = np.random.default_rng(11)
+    o = Oracle(model)
+    o(rng.normal(size=(1, 3)))
+    assert (o.queries, o.max_length, dict(o.lengths)) == (1, 1, {1: 1})
+    o.batch(rng.normal(size=(5, 4, 3)))
+    assert (o.queries, o.max_length, dict(o.lengths)) == (6, 4, {1: 1, 4: 5})
+    o(rng.normal(size=(2, 3)))
+    assert (o.queries, o.max_length, dict(o.lengths)) == (7, 4, {1: 1, 4: 5, 2: 1})
+    o.batch(rng.normal(size=(3, 2, 3)))
+    assert (o.queries, o.max_length, dict(o.lengths)) == (10, 4, {1: 1, 4: 5, 2: 4})
+    assert sum(o.lengths.values()) == o.queries
+    assert o.elapsed >= 0.0
+
+
+def test_invalid_query_is_not_counted(model):
+    o = Oracle(model)
+    with pytest.raises(ValueError, match="tokens have width"):
+        o(np.ones((2, 4)))
+    with pytest.raises(ValueError, match="empty sequence"):
+        o.batch(np.ones((2, 0, 3)))
+    assert o.queries == 0 and o.max_length == 0
+
+
+def test_float_outputs_equal_model(model):
+    Xs = np.random.default_rng(12).normal(size=(8, 3, 3))
+    o = Oracle(model)
+    y = o.batch(Xs)
+    assert y.dtype == float
+    np.testing.assert_array_equal(y, model.batch(Xs))
+    assert o(Xs[0]) == model(Xs[0])
+
+
+# --- exact mode ----------------------------------------------------------------------
+
+
+def test_exact_mode_returns_mpf_and_matches_float(model):
+    Xs = np.random.default_rng(13).normal(size=(8, 4, 3))
+    oe = Oracle(model, precision=50)
+    assert oe.exact and oe.dps == 50
+    ye = oe.batch(Xs)
+    assert ye.dtype == object and all(isinstance(y, mpmath.mpf) for y in ye)
+    assert isinstance(oe(Xs[0]), mpmath.mpf)
+    yf = model.batch(Xs)
+    for a, b in zip(yf, ye):
+        assert abs(a - float(b)) <= 1e-14 * max(1.0, abs(float(b)))
+    assert oe.queries == 9
+
+
+def test_exact_mode_uses_requested_precision(model):
+    X = np.random.default_rng(14).normal(size=(3, 3))
+    y30 = Oracle(model, precision=30)(X)
+    y60 = Oracle(model, precision=60)(X)
+    with mpmath.workdps(70):
+        assert abs(y30 - y60) < 1e-27 * max(1, abs(y60))  # agree to ~30 digits
+    assert isinstance(y60, mpmath.mpf)
+    assert mpmath.mp.dps == 15  # the global precision is left alone
+
+
+def test_exact_mode_accepts_numpy_integer(model):
+    assert Oracle(model, precision=np.int64(20)).dps == 20
+
+
+@pytest.mark.parametrize("precision", [0, -1, -30])
+def test_precision_not_positive(model, precision):
+    with pytest.raises(ValueError, match="positive number of digits"):
+        Oracle(model, precision=precision)
+
+
+@pytest.mark.parametrize("precision", [2.5, 30.0, True, False, None])
+def test_precision_wrong_type(model, precision):
+    with pytest.raises(TypeError, match=r'precision must be "float64" or a positive integer'):
+        Oracle(model, precision=precision)
+
+
+@pytest.mark.parametrize("precision", ["float32", "exact", ""])
+def test_precision_wrong_string(model, precision):
+    with pytest.raises(ValueError, match=r'precision must be "float64" or a positive integer'):
+        Oracle(model, precision=precision)
+
+
+def test_model_without_batch():
+    with pytest.raises(TypeError, match=r"model must have \.d and \.batch"):
+        Oracle(object())
+
+
+def test_bad_noise_object(model):
+    with pytest.raises(TypeError, match="noise must be"):
+        Oracle(model, noise=0.1)
+
+
+# --- noise ---------------------------------------------------------------------------
+
+
+def test_uniform_noise_bounded_and_reproducible(model):
+    Xs = np.random.default_rng(15).normal(size=(2000, 3, 3))
+    clean = model.batch(Xs)
+    eps = 1e-3
+    o1 = Oracle(model, noise=UniformNoise(eps), seed=7)
+    o2 = Oracle(model, noise=UniformNoise(eps), seed=7)
+    o3 = Oracle(model, noise=UniformNoise(eps), seed=8)
+    y1, y2, y3 = o1.batch(Xs), o2.batch(Xs), o3.batch(Xs)
+    err = y1 - clean
+    assert np.max(np.abs(err)) <= eps * (1 + 1e-9)
+    assert np.max(np.abs(err)) > 0.9 * eps  # the whole interval is used
+    assert abs(np.mean(err)) < 0.1 * eps
+    np.testing.assert_array_equal(y1, y2)
+    assert not np.array_equal(y1, y3)
+    assert o1.noise.bound(clean) == eps
+    assert repr(o1.noise) == "UniformNoise(epsilon=0.001)"
+
+
+def test_uniform_noise_in_exact_mode(model):
+    Xs = np.random.default_rng(16).normal(size=(50, 3, 3))
+    o = Oracle(model, precision=40, noise=UniformNoise(1e-6), seed=1)
+    y = o.batch(Xs)
+    clean = Oracle(model, precision=40).batch(Xs)
+    with mpmath.workdps(40):
+        errs = [abs(a - b) for a, b in zip(y, clean)]
+    assert all(isinstance(a, mpmath.mpf) for a in y)
+    assert max(errs) <= 1e-6 and max(errs) > 1e-8
+
+
+def test_gaussian_noise_std(model):
+    Xs = np.random.default_rng(17).normal(size=(4000, 2, 3))
+    sigma = 0.01
+    o = Oracle(model, noise=GaussianNoise(sigma), seed=3)
+    err = o.batch(Xs) - model.batch(Xs)
+    assert 0.9 * sigma < np.std(err) < 1.1 * sigma
+    assert abs(np.mean(err)) < 0.1 * sigma
+    assert o.noise.bound(err) == 5 * sigma
+    again = Oracle(model, noise=GaussianNoise(sigma), seed=3).batch(Xs)
+    np.testing.assert_array_equal(again - model.batch(Xs), err)  # seeded: reproducible
+
+
+def test_float32_rounding_equals_cast(model):
+    Xs = np.random.default_rng(18).normal(size=(500, 3, 3))
+    clean = model.batch(Xs)
+    y = Oracle(model, noise=Float32Rounding()).batch(Xs)
+    np.testing.assert_array_equal(y, clean.astype(np.float32).astype(float))
+    assert np.all(np.abs(y - clean) <= Float32Rounding().bound(clean))
+
+
+def test_float32_rounding_in_exact_mode(model):
+    Xs = np.random.default_rng(19).normal(size=(20, 3, 3))
+    y = Oracle(model, precision=30, noise=Float32Rounding()).batch(Xs)
+    expect = model.batch(Xs).astype(np.float32).astype(float)
+    np.testing.assert_array_equal(np.array([float(a) for a in y]), expect)
+
+
+@pytest.mark.parametrize("cls,kw", [(UniformNoise, "epsilon"), (GaussianNoise, "sigma")])
+@pytest.mark.parametrize("bad", [-1e-3, float("nan"), float("inf"), "0.1", None])
+def test_invalid_noise_parameters(cls, kw, bad):
+    with pytest.raises(ValueError, match=f"{kw} must be a finite number >= 0"):
+        cls(bad)
+
+
+def test_zero_noise_is_clean(model):
+    Xs = np.random.default_rng(20).normal(size=(10, 3, 3))
+    np.testing.assert_array_equal(Oracle(model, noise=UniformNoise(0), seed=0).batch(Xs), model.batch(Xs))

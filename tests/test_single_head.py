@@ -1,0 +1,152 @@
+"""Tests of attnlearn.single_head: the prior work's baseline (claim C1)."""
+
+import mpmath
+import numpy as np
+import pytest
+
+from attnlearn import (
+    MultiHeadAttention,
+    NotIdentifiableError,
+    Oracle,
+    RecoveryError,
+    UniformNoise,
+    canonical,
+    learn_single_head,
+    param_error,
+)
+from attnlearn.single_head import balanced_basis
+
+
+def single_head(rng, d):
+    return MultiHeadAttention(rng.normal(size=(1, d, d)) / np.sqrt(d), rng.normal(size=(1, d)))
+
+
+@pytest.mark.parametrize("d", [1, 2, 4, 8, 16])
+def test_float64_recovery(d):
+    m = single_head(np.random.default_rng(50 + d), d)
+    o = Oracle(m)
+    r = learn_single_head(o, d)
+    assert o.queries == d * d + d
+    assert o.max_length == 2
+    assert dict(o.lengths) == {1: d, 2: d * d}
+    assert not r.exact and r.H == 1
+    assert param_error(r, canonical(m)) <= 1e-9
+
+
+@pytest.mark.parametrize("d", [1, 2, 4, 8, 16])
+def test_exact_recovery(d):
+    m = single_head(np.random.default_rng(50 + d), d)
+    o = Oracle(m, precision=60)
+    r = learn_single_head(o, d)
+    assert o.queries == d * d + d
+    assert r.exact
+    err = param_error(r, canonical(m.to_mpmath()))
+    assert err <= 1e-40
+    assert mpmath.mp.dps == 15  # the learner restores the global precision
+
+
+def test_exact_error_shrinks_with_precision():
+    m = single_head(np.random.default_rng(60), 3)
+    errs = [param_error(learn_single_head(Oracle(m, precision=p), 3), m.to_mpmath()) for p in (20, 40)]
+    assert errs[0] <= 1e-15 and errs[1] <= 1e-35
+
+
+def test_zero_entries_in_v():
+    """Degenerate directions: v_i = 0 makes v^T e_i = 0; the balanced basis avoids it."""
+    rng = np.random.default_rng(61)
+    d = 5
+    W = rng.normal(size=(1, d, d)) / np.sqrt(d)
+    v = np.array([[0.0, 1.3, 0.0, 0.0, -0.4]])
+    m = MultiHeadAttention(W, v)
+    r = learn_single_head(Oracle(m), d)
+    assert param_error(r, m) <= 1e-9
+    re = learn_single_head(Oracle(m, precision=60), d)
+    assert param_error(re, m.to_mpmath()) <= 1e-40
+
+
+def test_v_along_one_axis_and_along_ones():
+    rng = np.random.default_rng(62)
+    d = 4
+    W = rng.normal(size=(1, d, d))
+    for v in (np.eye(d)[2], np.ones(d), -np.ones(d)):
+        m = MultiHeadAttention(W, v[None])
+        assert param_error(learn_single_head(Oracle(m), d), m) <= 1e-9
+
+
+@pytest.mark.parametrize("v", [[3.0, 0.0, 0.0], [1.0, 0.0, 2.0], [1.0, 1.0, 1.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 1e-8]])
+def test_balanced_basis(v):
+    v = np.array(v)
+    U = balanced_basis(v)
+    np.testing.assert_allclose(U.T @ U, np.eye(3), atol=1e-15)
+    np.testing.assert_allclose(U.T @ v, np.full(3, np.linalg.norm(v) / np.sqrt(3)), rtol=1e-14)
+
+
+def test_balanced_basis_exact():
+    with mpmath.workdps(50):
+        v = np.array([mpmath.mpf(2), mpmath.mpf(0), mpmath.mpf(0), mpmath.mpf(-1)], dtype=object)
+        U = balanced_basis(v)
+        target = mpmath.sqrt(5) / 2
+        assert all(abs(x - target) < mpmath.mpf("1e-48") for x in U.T.dot(v))
+
+
+def test_zero_v_not_identifiable():
+    m = MultiHeadAttention(np.random.default_rng(63).normal(size=(1, 3, 3)), np.zeros((1, 3)))
+    o = Oracle(m)
+    with pytest.raises(NotIdentifiableError, match=r"v = 0: the model is the zero function"):
+        learn_single_head(o, 3)
+    assert o.queries == 3  # it stops after the singleton queries
+    with pytest.raises(NotIdentifiableError, match="W is not identifiable"):
+        learn_single_head(Oracle(m, precision=30), 3)
+
+
+def test_zero_heads_not_identifiable():
+    m = MultiHeadAttention(np.zeros((0, 2, 2)), np.zeros((0, 2)))
+    with pytest.raises(NotIdentifiableError):
+        learn_single_head(Oracle(m), 2)
+
+
+def test_wrong_d():
+    o = Oracle(single_head(np.random.default_rng(64), 3))
+    with pytest.raises(ValueError, match=r"d = 4 does not match the oracle's token width 3"):
+        learn_single_head(o, 4)
+    assert o.queries == 0
+
+
+@pytest.mark.parametrize("d", [0, -2, 2.0, 2.5, "3", True, None])
+def test_bad_d(d):
+    o = Oracle(single_head(np.random.default_rng(65), 2))
+    with pytest.raises(ValueError, match="d must be a positive integer"):
+        learn_single_head(o, d)
+
+
+def test_numpy_integer_d():
+    m = single_head(np.random.default_rng(66), 2)
+    assert param_error(learn_single_head(Oracle(m), np.int64(2)), m) <= 1e-9
+
+
+def two_head(seed, d=4):
+    rng = np.random.default_rng(seed)
+    return MultiHeadAttention(rng.normal(size=(2, d, d)) / np.sqrt(d), rng.normal(size=(2, d))), rng
+
+
+def test_two_heads_wrong_model():
+    """Seed 0: the log-ratios happen to be positive; the one head returned is wrong."""
+    m, rng = two_head(0)
+    r = learn_single_head(Oracle(m), 4)
+    assert r.H == 1
+    Xs = rng.normal(size=(1000, 5, 4))
+    assert np.max(np.abs(r.batch(Xs) - m.batch(Xs))) > 1.0
+    assert param_error(r, canonical(m)) == float("inf")
+
+
+def test_two_heads_raise():
+    """Seed 1: a log-ratio argument is negative, which no single head can produce."""
+    m, _ = two_head(1)
+    with pytest.raises(RecoveryError, match=r"is not positive .* not those of a single noiseless head"):
+        learn_single_head(Oracle(m), 4)
+
+
+def test_noise_can_break_the_log_ratio():
+    m = single_head(np.random.default_rng(67), 3)
+    with pytest.raises(RecoveryError, match="not positive"):
+        learn_single_head(Oracle(m, noise=UniformNoise(10.0), seed=0), 3)
