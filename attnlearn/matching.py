@@ -30,18 +30,21 @@ class Matching:
         ``perm[c, a]`` is the label ``b`` paired with reference head ``a``.
     residual : array, shape (C,)
         Largest scaled distance from a matched candidate to its observed point.
+    observed : int array, shape (C, n)
+        ``observed[c, a]``: the observed point that the matched candidate of ``a`` landed on.
     margin : array, shape (C,)
         Smallest scaled distance from a *wrong* candidate (any ``b != perm[a]``) to the
         nearest observed point: a pairing is trustworthy while residual << margin.
     """
 
-    def __init__(self, perm, residual, margin):
+    def __init__(self, perm, residual, margin, observed):
         self.perm = perm
+        self.observed = observed
         self.residual = residual
         self.margin = margin
 
 
-def match_candidates(P, O, scale, *, tol=None, labels=None):
+def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     r"""Pair reference heads with labels so that every candidate lands on an observed point.
 
     Parameters
@@ -55,7 +58,10 @@ def match_candidates(P, O, scale, *, tol=None, labels=None):
         Units for the :math:`\ell` and :math:`\gamma` components (distances are measured
         as :math:`\max(|\Delta\ell|/s_\ell,|\Delta\gamma|/s_\gamma)`).
     tol : float or array (C,), optional, keyword-only
-        Largest acceptable scaled residual; ``None`` skips the check.
+        Largest acceptable scaled residual; ``None`` skips the checks.
+    ambiguity : float, keyword-only
+        A pairing is accepted only if every wrong candidate stays farther than
+        ``ambiguity`` times the residual from the observed points.
     labels : list of str, optional
         Configuration names for error messages.
 
@@ -66,8 +72,9 @@ def match_candidates(P, O, scale, *, tol=None, labels=None):
     Raises
     ------
     UnmatchedHeadsError
-        If some configuration's best pairing leaves a residual above ``tol``, or if the
-        margin does not exceed it (two pairings explain the data equally well).
+        If some configuration's best pairing leaves a residual above ``tol``, or if a wrong
+        candidate comes within ``ambiguity`` times that residual of an observed point (two
+        pairings explain the data about equally well).
 
     Notes
     -----
@@ -88,6 +95,7 @@ def match_candidates(P, O, scale, *, tol=None, labels=None):
     dist = diff.max(axis=4)
     cost = dist.min(axis=3)  # (C, n, n)
     perm = np.empty((C, n), dtype=int)
+    observed = np.empty((C, n), dtype=int)
     residual = np.zeros(C)
     margin = np.full(C, np.inf)
     for c in range(C):
@@ -97,6 +105,7 @@ def match_candidates(P, O, scale, *, tol=None, labels=None):
             residual[c] = cost[c, rows, cols].max()
             # each observed point must be used exactly once by the matched candidates
             used = dist[c, rows, cols].argmin(axis=1)
+            observed[c, rows] = used
             if len(set(used.tolist())) != n:
                 residual[c] = np.inf
             wrong = np.ones((n, n), dtype=bool)
@@ -105,7 +114,7 @@ def match_candidates(P, O, scale, *, tol=None, labels=None):
                 margin[c] = cost[c][wrong].min()
     if tol is not None:
         tol = np.broadcast_to(np.asarray(tol, dtype=float), (C,))
-        bad = (residual > tol) | (margin <= tol)
+        bad = (residual > tol) | (margin <= ambiguity * residual)
         if np.any(bad):
             c = int(np.argmax(bad))
             name = labels[c] if labels is not None else f"configuration {c}"
@@ -114,4 +123,4 @@ def match_candidates(P, O, scale, *, tol=None, labels=None):
                 f"{name}: {what} - scaled residual {residual[c]:.2e}, margin to the nearest wrong "
                 f"pairing {margin[c]:.2e}, tolerance {tol[c]:.2e}"
             )
-    return Matching(perm, residual, margin)
+    return Matching(perm, residual, margin, observed)

@@ -1,0 +1,213 @@
+"""Tests of attnlearn.learner (chapter 4): exact counts, exact recovery, loud failures."""
+
+import mpmath
+import numpy as np
+import pytest
+
+import attnlearn as al
+from attnlearn import MultiHeadAttention, Oracle, canonical, learn, param_error, query_budget
+
+
+def random_model(H, d, seed):
+    rng = np.random.default_rng(seed)
+    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+
+
+def degenerate_models(d, seed):
+    """The degenerate canonical cases of DESIGN §2 / issue 3."""
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(3, d, d)) / np.sqrt(d)
+    v = rng.normal(size=(3, d))
+    return {
+        # heads 0 and 1 share W: merged into one canonical head
+        "duplicate W": MultiHeadAttention(np.stack([W[0], W[0], W[1]]), v),
+        # heads 0 and 1 share W and cancel: dropped
+        "cancelling v": MultiHeadAttention(np.stack([W[0], W[0], W[1]]), np.stack([v[0], -v[0], v[1]])),
+        # equal v, different W: two canonical heads with the same residues
+        "equal v": MultiHeadAttention(W[:2], np.stack([v[0], v[0]])),
+        # everything cancels: the zero function
+        "zero function": MultiHeadAttention(np.stack([W[0], W[0]]), np.stack([v[0], -v[0]])),
+    }
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+@pytest.mark.parametrize("H", [1, 2, 3])
+def test_exact_recovery_and_counts(d, H):
+    model = random_model(H, d, seed=10 * d + H)
+    oracle = Oracle(model, precision=60)
+    rec = learn(oracle, d, heads=H, seed=1)
+    assert rec.heads == H
+    assert param_error(rec.model, canonical(model)) <= 1e-40
+    # claim C6: read from the oracle's own counter
+    assert (oracle.queries, oracle.max_length) == query_budget(d, H)
+    assert oracle.queries == 4 * H * d * d - 2 * H + 1
+    assert oracle.max_length == 2 * H + 1
+    assert rec.queries["total"] == oracle.queries
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+@pytest.mark.parametrize("H", [1, 2])
+def test_exact_recovery_with_upper_bound(d, H):
+    model = random_model(H, d, seed=100 + 10 * d + H)
+    oracle = Oracle(model, precision=60)
+    H0 = H + 2
+    rec = learn(oracle, d, max_heads=H0, seed=2)
+    assert rec.heads == H
+    assert param_error(rec.model, canonical(model)) <= 1e-40
+    # claim C7
+    assert oracle.queries == 4 * H0 * d * d - 2 * H0 + 1
+    assert oracle.max_length == 2 * H0 + 1
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_exact_five_heads(d):
+    # H = 5 is intrinsically ill-conditioned (DESIGN §5): at 60 digits the error is about
+    # 1e-30 (chapter 4); 90 digits give the 1e-40 of the other tests
+    model = random_model(5, d, seed=7 + d)
+    oracle = Oracle(model, precision=90)
+    rec = learn(oracle, d, heads=5, seed=0)
+    assert rec.heads == 5
+    assert param_error(rec.model, canonical(model)) <= 1e-40
+    assert oracle.queries == query_budget(d, 5)[0]
+
+
+@pytest.mark.parametrize("name", ["duplicate W", "cancelling v", "equal v", "zero function"])
+@pytest.mark.parametrize("bound", ["heads", "max_heads"])
+def test_exact_degenerate(name, bound):
+    d = 3
+    model = degenerate_models(d, seed=5)[name]
+    with mpmath.workdps(60):  # the merged v_h summed exactly, not at float64 precision
+        target = canonical(model.to_mpmath())
+    oracle = Oracle(model, precision=60)
+    n = model.H if bound == "heads" else model.H + 2
+    rec = learn(oracle, d, **{bound: n}, seed=3)
+    assert rec.heads == target.H
+    assert param_error(rec.model, target) <= 1e-40
+    assert oracle.queries == query_budget(d, n)[0]
+
+
+def test_recovery_in_exact_mode_has_mpmath_entries():
+    oracle = Oracle(random_model(2, 2, 0), precision=40)
+    rec = learn(oracle, 2, heads=2)
+    assert isinstance(rec.model.W[0, 0, 0], mpmath.mpf)
+    assert rec.model.exact
+
+
+def test_error_shrinks_with_precision():
+    model = random_model(2, 2, seed=3)
+    errs = [param_error(learn(Oracle(model, precision=p), 2, heads=2).model, model) for p in (30, 60, 120)]
+    assert errs[0] > errs[1] > errs[2]
+    assert errs[2] <= 1e-100
+
+
+def test_learner_is_reproducible_from_seed():
+    model = random_model(2, 3, seed=4)
+    a = learn(Oracle(model), 3, heads=2, seed=7)
+    b = learn(Oracle(model), 3, heads=2, seed=7)
+    np.testing.assert_array_equal(a.model.W, b.model.W)
+
+
+@pytest.mark.parametrize("d", [1, 2, 8, 32, 64])
+def test_float64_one_head(d):
+    model = random_model(1, d, seed=d)
+    rec = learn(Oracle(model), d, heads=1)
+    err = param_error(rec.model, model)
+    assert err <= 1e-9
+    assert err <= rec.error_estimate
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_float64_two_heads_paper_budget(d):
+    model = random_model(2, d, seed=20 + d)
+    oracle = Oracle(model)
+    rec = learn(oracle, d, heads=2, holdout=0)
+    assert param_error(rec.model, model) <= 1e-5
+    assert oracle.queries == query_budget(d, 2)[0]
+
+
+def test_float64_robust_costs_reported_and_helps():
+    model = random_model(2, 8, seed=16)
+    rec = learn(Oracle(model), 8, heads=2, robust=True, holdout=8)
+    assert rec.queries["constants"] == 7
+    assert rec.queries["total"] == query_budget(8, 2)[0] + 7 + rec.queries["holdout"]
+    assert param_error(rec.model, model) <= 1e-6
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("H", [1, 2, 3, 4, 6])
+def test_float64_never_silent(seed, H):
+    """Whenever learn returns in float64, its error is within the estimate it reports."""
+    d = 3
+    model = random_model(H, d, seed=1000 + 31 * seed + H)
+    try:
+        rec = learn(Oracle(model), d, heads=H, seed=seed)
+    except al.RecoveryError:
+        return  # a loud failure is an allowed outcome
+    assert param_error(rec.model, canonical(model)) <= rec.error_estimate
+
+
+def test_zero_function_float64():
+    model = degenerate_models(2, 1)["zero function"]
+    rec = learn(Oracle(model), 2, heads=2)
+    assert rec.heads == 0 and rec.model.H == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({}, ValueError, "exactly one of heads"),
+        ({"heads": 2, "max_heads": 3}, ValueError, "exactly one of heads"),
+        ({"heads": 0}, ValueError, "heads must be a positive integer"),
+        ({"max_heads": -1}, ValueError, "max_heads must be a positive integer"),
+        ({"heads": 1.5}, TypeError, "heads must be a positive integer"),
+        ({"heads": 1, "holdout": -1}, ValueError, "holdout must be a non-negative integer"),
+        ({"heads": 1, "method": "aaa"}, ValueError, "method must be"),
+        ({"heads": 1, "spread": 0.0}, ValueError, "spread must be a positive number"),
+    ],
+)
+def test_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        learn(Oracle(random_model(1, 2, 0)), 2, **kwargs)
+
+
+def test_wrong_width():
+    with pytest.raises(ValueError, match="does not match the oracle's token width 2"):
+        learn(Oracle(random_model(1, 2, 0)), 3, heads=1)
+
+
+def test_robust_in_exact_mode_is_rejected():
+    with pytest.raises(ValueError, match="robust=True is a float64 mode"):
+        learn(Oracle(random_model(1, 2, 0), precision=30), 2, heads=1, robust=True)
+
+
+class NaNOracle:
+    d = 2
+    exact = False
+    dps = None
+    queries = 0
+
+    def batch(self, Xs):
+        self.queries += len(Xs)
+        return np.full(len(Xs), np.nan)
+
+
+def test_nan_oracle():
+    with pytest.raises(ValueError, match=r"non-finite value \(NaN or inf\)"):
+        learn(NaNOracle(), 2, heads=1)
+
+
+def test_too_few_heads_declared_is_detected():
+    # three canonical heads, but the learner is told there are at most two
+    model = random_model(3, 2, seed=9)
+    with pytest.raises(al.RecoveryError):
+        learn(Oracle(model, precision=50), 2, max_heads=2)
+
+
+def test_noise_above_margin_raises_or_is_within_estimate():
+    model = random_model(2, 2, seed=11)
+    oracle = Oracle(model, noise=al.UniformNoise(1e-3), seed=0)
+    try:
+        rec = learn(oracle, 2, heads=2, output_error=1e-3)
+    except al.RecoveryError:
+        return
+    assert param_error(rec.model, model) <= rec.error_estimate
