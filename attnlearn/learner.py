@@ -106,6 +106,7 @@ def learn(
     holdout=None,
     spread=1.0,
     method="linearised",
+    redraw_rounds=4,
 ):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
@@ -124,7 +125,8 @@ def learn(
     robust : bool, keyword-only
         float64 practice mode: query each block's constant :math:`V^\top q_k` directly
         (:math:`d-1` extra queries, reported) instead of deriving it from the learned
-        :math:`V`, and average the :math:`d` estimates of each :math:`v_h`.
+        :math:`V`, redraw ill-conditioned configurations (reported), and average the
+        :math:`d` estimates of each :math:`v_h`.
     output_error : float, optional, keyword-only
         Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
         :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
@@ -138,6 +140,10 @@ def learn(
         (chapter 4 measures the choice).
     method : {"linearised", "loewner"}, keyword-only
         float64 interpolation formulation (chapter 3 compares them).
+    redraw_rounds : int, keyword-only
+        Robust mode: how many times ill-conditioned configurations are redrawn (each
+        redraw costs :math:`2n` queries per configuration, reported in
+        ``recovery.queries["redraws"]``).
 
     Returns
     -------
@@ -188,11 +194,11 @@ def learn(
     if exact:
         # guard digits: the learner's own rounding stays below the oracle's (DESIGN §5)
         with mpmath.workdps(oracle.dps + max(20, oracle.dps // 2)):
-            return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, True)
-    return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, False)
+            return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, True, redraw_rounds)
+    return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, False, redraw_rounds)
 
 
-def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, exact):
+def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, exact, redraw_rounds):
     rng = np.random.default_rng(seed)
     ask = _Asker(oracle, exact)
     q0_before = oracle.queries
@@ -260,6 +266,17 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
             F[1:, i] = ask(copies_sequences(xx[1:], qq[1:], t), f"the copies queries with t = {t}")
     design_queries = oracle.queries - q0_before
     max_length = 2 * n + 1
+    index = {(c[0], c[1], c[2]): i for i, c in enumerate(configs)}
+
+    # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
+    cq = None
+    redraw_queries, redrawn = 0, []
+    if robust and d > 1:
+        extra = ask(np.stack(q[1:])[:, None, :], "the block constants (q_k)")
+        cq = np.concatenate([[c0], extra])
+        if kstar > 0:
+            redraw_queries, redrawn = _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask,
+                                              method, oracle, rounds=redraw_rounds)
 
     # ---- constants c = V^T q ---------------------------------------------------------------
     const_queries = 0
@@ -280,9 +297,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     F0 = np.array([c0 + (sum(fit_b0.gamma[pos[i]]) if kstar else 0) for i in base0], dtype=X0.dtype)
     V = solve(X0, F0)
     if robust and d > 1:
-        extra = ask(np.stack(q[1:])[:, None, :], "the block constants (q_k)")
         const_queries = d - 1
-        cq = np.concatenate([[c0], extra])
     else:
         cq = np.array([Q[:, k].dot(V) for k in range(d)], dtype=object if exact else float)
     # error bound of V (first order): |dV|_inf <= |X0^{-1}|_inf * max_j |d F(0)_j|
@@ -301,7 +316,6 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
             cvals[i] = cq[k]
             cerr[i] = eps_out if robust else float(np.abs(to_float(q[k])).sum()) * dV
     rest = np.nonzero(~in_block0)[0]
-    index = {(c[0], c[1], c[2]): i for i, c in enumerate(configs)}
     calib = None
     if len(rest):
         m = len(ts)
@@ -335,7 +349,8 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         "V": V,
         "calibration": calib,
     }
-    queries = {"design": design_queries, "constants": const_queries, "holdout": 0}
+    queries = {"design": design_queries, "constants": const_queries, "redraws": redraw_queries, "holdout": 0}
+    diagnostics["redrawn"] = redrawn
     if H == 0:
         model = MultiHeadAttention(
             np.zeros((0, d, d), dtype=object if exact else float), np.zeros((0, d), dtype=object if exact else float)
@@ -386,30 +401,33 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     vk = np.empty((d, H, d), dtype=ell.dtype)
     ew = np.zeros((d, H, d))  # componentwise first-order error bounds of w_{h,k}
     ev = np.zeros((d, H, d))
-    for k in range(d):
-        Uk = np.stack([U[k, j] for j in range(d)])  # rows u_{k,j}
-        if exact or d == 1:
+    if exact or d == 1:
+        for k in range(d):
+            Uk = np.stack([U[k, j] for j in range(d)])  # rows u_{k,j}
             # the paper's square solve on the base configurations
             w[k] = solve(Uk, lab_ell[k]).T
             vk[k] = -solve(Uk, lab_gam[k]).T
             Uinv = np.abs(np.linalg.inv(to_float(Uk)))
             ew[k] = (Uinv @ lab_eell[k]).T
             ev[k] = (Uinv @ lab_egam[k]).T
-            continue
+    else:
         # float64: the links are d - 1 more equations (u_{k,1} + u_{k,j})^T w = ell_link;
-        # weighted least squares, each row scaled by its own error bound
-        A = np.concatenate([Uk, Uk[0][None, :] + Uk[1:]], axis=0)  # (2d - 1, d)
-        for h in range(H):
-            for vals, errs, out, eout, sign in (
-                (np.concatenate([lab_ell[k, :, h], link_ell[k, 1:, h]]),
-                 np.concatenate([lab_eell[k, :, h], link_eell[k, 1:, h]]), w, ew, 1.0),
-                (np.concatenate([lab_gam[k, :, h], link_gam[k, 1:, h]]),
-                 np.concatenate([lab_egam[k, :, h], link_egam[k, 1:, h]]), vk, ev, -1.0),
-            ):
-                e = np.maximum(errs, 1e-300)
-                pinv = np.linalg.pinv(A / e[:, None])
-                out[k, h] = sign * (pinv @ (vals / e))
-                eout[k, h] = np.abs(pinv).sum(axis=1)  # each scaled row error is at most 1
+        # weighted least squares (each row scaled by its own error bound), batched over
+        # blocks, heads and the two unknowns (w from ell, v from gamma) with one QR each
+        Ub = U.astype(float)  # (k, j, :)
+        A = np.concatenate([Ub, Ub[:, :1, :] + Ub[:, 1:, :]], axis=1)  # (d, 2d - 1, d)
+        vals = np.stack([np.concatenate([lab_ell, link_ell[:, 1:]], axis=1),
+                         -np.concatenate([lab_gam, link_gam[:, 1:]], axis=1)])  # (2, d, 2d-1, H)
+        errs = np.stack([np.concatenate([lab_eell, link_eell[:, 1:]], axis=1),
+                         np.concatenate([lab_egam, link_egam[:, 1:]], axis=1)])
+        e = np.maximum(errs, 1e-300).transpose(0, 1, 3, 2)  # (2, d, H, 2d-1)
+        Aw = A[None, :, None, :, :] / e[..., None]  # (2, d, H, 2d-1, d)
+        Qf, R = np.linalg.qr(Aw)
+        pinv = np.linalg.solve(R, Qf.swapaxes(-1, -2))  # (2, d, H, d, 2d-1)
+        sol = (pinv @ (vals.transpose(0, 1, 3, 2) / e)[..., None])[..., 0]  # (2, d, H, d)
+        bnd = np.abs(pinv).sum(axis=-1)  # each scaled row error is at most 1
+        w[:], vk[:] = sol[0], sol[1]
+        ew[:], ev[:] = bnd[0], bnd[1]
 
     # ---- crosses: label block k like block 1 ------------------------------------------------
     perm_k = np.zeros((d, H), dtype=int)
@@ -469,6 +487,72 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     return _finish(oracle, model, queries, max_length, eps_out, estimate, holdout, diagnostics, rng, f, exact)
 
 
+def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, oracle, rounds):
+    """Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
+
+    A configuration is ill-conditioned when its fit fails (non-real or non-positive pole)
+    or its sensitivity (largest row sum of :math:`|J^{-1}|`, relative to the residues) is
+    more than 100 times the median over the design. Redrawing ``u_{k,j}`` changes the
+    base configuration ``(k, j)`` and the link ``(k, j)``; redrawing ``u_{k,1}`` changes the
+    whole block's links; a cross configuration is redrawn alone. Arrays are updated in
+    place. Returns the number of extra queries and the labels redrawn.
+    """
+    from .rational import fit_masked
+
+    d = len(q)
+    C = len(configs)
+    blk = np.array([c[1] for c in configs])
+    kind = [c[0] for c in configs]
+    cvec = np.array([cq[blk[i]] if kind[i] != "cross" else cq[0] + cq[blk[i]] for i in range(C)])
+    spent, names = 0, []
+    redo = np.arange(C)
+    fit_all = None
+    for _ in range(rounds):
+        fit, ok = fit_masked(ts, F[redo] - cvec[redo, None], H, method=method)
+        if fit_all is None:
+            fit_all, ok_all = fit, ok
+        else:
+            fit_all.ell[redo], fit_all.gamma[redo], fit_all.sens[redo] = fit.ell, fit.gamma, fit.sens
+            ok_all[redo] = ok
+        rel = np.maximum(fit_all.sens[:, 0, :], fit_all.sens[:, 1, :] / np.maximum(np.abs(fit_all.gamma), 1e-300))
+        measure = rel.max(axis=1)
+        limit = 100 * np.median(measure[ok_all])
+        bad = ~ok_all | (measure > limit)
+        if not bad.any():
+            break
+        new_u = set()
+        for i in np.nonzero(bad)[0]:
+            kd, k, j = configs[i][:3]
+            new_u.add(("cross", k, 0) if kd == "cross" else ("u", k, j))
+        affected = set()
+        for key in new_u:
+            if key[0] == "cross":
+                i = index[key]
+                qn = np.linalg.norm(qq[i])
+                uu[i] = _unit_rows(rng, 1, d)[0] * f / qn
+                affected.add(i)
+                continue
+            _, k, j = key
+            U[k, j] = _unit_rows(rng, 1, d)[0] * (f if k == 0 else np.sqrt(f))
+            affected.add(index[("base", k, j)])
+            for jj in (range(1, d) if j == 0 else [j]):
+                affected.add(index[("link", k, jj)])
+        for i in affected:
+            kd, k, j = configs[i][:3]
+            if kd == "base":
+                uu[i] = U[k, j]
+            elif kd == "link":
+                uu[i] = U[k, 0] + U[k, j]
+            configs[i] = (kd, k, j, uu[i], qq[i])
+            xx[i] = qq[i] - uu[i]
+        redo = np.array(sorted(affected))
+        for it, t in enumerate(ts):
+            F[redo, it] = ask(copies_sequences(xx[redo], qq[redo], t), f"redrawn configurations, t = {t}")
+        spent += len(redo) * len(ts)
+        names.extend(configs[i][0] + f"({configs[i][1] + 1},{configs[i][2] + 1})" for i in redo)
+    return spent, names
+
+
 def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, labels, rounds=3):
     r"""Refine :math:`c_k=V^\top q_k` for blocks :math:`k\ge2` from their link equations (float64).
 
@@ -479,7 +563,7 @@ def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, label
     :math:`\delta` and one least-squares step per round removes it. No query is spent.
     Crosses use :math:`c_1+c_k`. Updates ``cvals`` and ``cerr`` in place; returns a summary.
     """
-    from .rational import fit_known_degree, jacobian
+    from .rational import _pinv_small, fit_known_degree, jacobian
 
     blocks = list(range(1, d))
     members = {k: [index[("base", k, j)] for j in range(d)] + [index[("link", k, j)] for j in range(1, d)]
@@ -493,7 +577,7 @@ def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, label
         G = F[allidx] - np.array([c[k] for k in blocks for _ in members[k]])[:, None]
         fit = fit_known_degree(ts, G, H, method=method)
         J = jacobian(ts, fit.ell, fit.gamma)
-        Jinv = np.linalg.pinv(J)
+        Jinv = _pinv_small(J)
         shift = -Jinv.sum(axis=2)  # d(ell, gamma)/dc, shape (C, 2H)
         absrow = np.abs(Jinv).sum(axis=2)
         pos = {i: p for p, i in enumerate(allidx)}
@@ -618,7 +702,7 @@ def _finish(oracle, model, queries, max_length, eps_out, estimate, holdout, diag
             f"first-order error estimate {estimate:.1e} exceeds 1 (100% relative error): the interpolation is "
             "too ill-conditioned in float64 for this model (use exact mode, robust=True, or fewer heads)"
         )
-    queries["total"] = queries["design"] + queries["constants"] + queries["holdout"]
+    queries["total"] = queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
     sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
     return Recovery(
         model=model,

@@ -12,6 +12,8 @@ shows :math:`\{(u^\top(w_{a,1}+w_{\pi(a),k}),-u^\top v_a)\}`. Either way: candid
 assignment that puts every matched candidate on an observed point.
 """
 
+import itertools
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
@@ -19,6 +21,8 @@ from ._arith import to_float
 from .errors import UnmatchedHeadsError
 
 __all__ = ["Matching", "match_candidates"]
+
+_ENUMERATE = 4  # up to 4! = 24 permutations are enumerated in one vectorised step
 
 
 class Matching:
@@ -81,7 +85,8 @@ def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     The cost of pairing ``a`` with ``b`` is the scaled distance from :math:`P_{ab}` to the
     nearest observed point; the pairing minimising the total cost is found with
     :func:`scipy.optimize.linear_sum_assignment` (the Hungarian method, Kuhn 1955), one
-    small problem per configuration. Distances are evaluated in float64 after the
+    small problem per configuration (for :math:`n\le4` by enumerating the :math:`n!`
+    permutations for all configurations at once, which gives the same optimum faster). Distances are evaluated in float64 after the
     differences are formed in the input arithmetic, so exact-mode residuals of
     :math:`10^{-50}` are reported as such.
     """
@@ -94,24 +99,29 @@ def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     diff = np.abs(to_float(diff)) / scale[:, None, None, None, :]
     dist = diff.max(axis=4)
     cost = dist.min(axis=3)  # (C, n, n)
-    perm = np.empty((C, n), dtype=int)
-    observed = np.empty((C, n), dtype=int)
-    residual = np.zeros(C)
-    margin = np.full(C, np.inf)
-    for c in range(C):
-        rows, cols = linear_sum_assignment(cost[c])
-        perm[c, rows] = cols
-        if n:
-            residual[c] = cost[c, rows, cols].max()
-            # each observed point must be used exactly once by the matched candidates
-            used = dist[c, rows, cols].argmin(axis=1)
-            observed[c, rows] = used
-            if len(set(used.tolist())) != n:
-                residual[c] = np.inf
-            wrong = np.ones((n, n), dtype=bool)
-            wrong[rows, cols] = False
-            if wrong.any():
-                margin[c] = cost[c][wrong].min()
+    if n <= _ENUMERATE:
+        # small n: every permutation at once, vectorised over configurations; the same
+        # optimum as linear_sum_assignment (tests check the two agree)
+        perms = np.array(list(itertools.permutations(range(n))), dtype=int).reshape(-1, n)
+        total = cost[:, np.arange(n)[None, :], perms].sum(axis=2)  # (C, n!)
+        perm = perms[np.argmin(total, axis=1)]
+    else:
+        perm = np.empty((C, n), dtype=int)
+        for c in range(C):
+            rows, cols = linear_sum_assignment(cost[c])
+            perm[c, rows] = cols
+    rows = np.arange(n)[None, :]
+    cidx = np.arange(C)[:, None]
+    matched = cost[cidx, rows, perm]  # (C, n)
+    residual = matched.max(axis=1) if n else np.zeros(C)
+    observed = dist[cidx, rows, perm].argmin(axis=2) if n else np.zeros((C, 0), dtype=int)
+    # each observed point must be used exactly once by the matched candidates
+    if n:
+        srt = np.sort(observed, axis=1)
+        residual = np.where(np.all(srt == np.arange(n)[None, :], axis=1), residual, np.inf)
+    wrong = np.ones((C, n, n), dtype=bool)
+    wrong[cidx, rows, perm] = False
+    margin = np.where(wrong, cost, np.inf).min(axis=(1, 2)) if n > 1 else np.full(C, np.inf)
     if tol is not None:
         tol = np.broadcast_to(np.asarray(tol, dtype=float), (C,))
         bad = (residual > tol) | (margin <= ambiguity * residual)

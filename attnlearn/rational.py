@@ -91,6 +91,33 @@ def jacobian(t, ell, gamma):
     return np.concatenate([dl, dg], axis=2)
 
 
+def _solve_ls(A, b):
+    """Batched least squares ``A x = b`` for stacks of small matrices (LU if square, else QR).
+
+    A singular member makes LAPACK reject the whole stack; then the SVD pseudo-inverse is
+    used for all (slower, never raises; the singular member gets a meaningless answer
+    that the callers' checks reject).
+    """
+    try:
+        if A.shape[-1] == A.shape[-2]:
+            return np.linalg.solve(A, b)
+        Qf, R = np.linalg.qr(A)
+        return np.linalg.solve(R, Qf.swapaxes(-1, -2) @ b)
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(A) @ b
+
+
+def _pinv_small(A):
+    """Batched pseudo-inverse of full-column-rank stacks (inverse if square)."""
+    try:
+        if A.shape[-1] == A.shape[-2]:
+            return np.linalg.inv(A)
+        Qf, R = np.linalg.qr(A)
+        return np.linalg.solve(R, Qf.swapaxes(-1, -2))
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(A)
+
+
 def _linearised_float(t, G, n):
     r"""Coefficients of :math:`P, Q` from :math:`P(t_i)-G_i(Q(t_i)-1)=G_i` (least squares if overdetermined).
 
@@ -106,7 +133,7 @@ def _linearised_float(t, G, n):
     scale = np.linalg.norm(A, axis=1, keepdims=True)
     scale[scale == 0] = 1.0
     As = A / scale
-    sol = (np.linalg.pinv(As) @ G[:, :, None])[:, :, 0] / scale[:, 0, :]
+    sol = _solve_ls(As, G[:, :, None])[:, :, 0] / scale[:, 0, :]
     resid = np.max(np.abs((A @ sol[:, :, None])[:, :, 0] - G), axis=1)
     return sol[:, :n], sol[:, n:], resid
 
@@ -124,7 +151,7 @@ def _poles_float(qc):
 def _residues_float(t, rho, G):
     t = np.asarray(t, dtype=float)
     B = 1.0 / (1.0 + rho[:, None, :] * t[None, :, None])
-    return (np.linalg.pinv(B) @ G[:, :, None])[:, :, 0]
+    return _solve_ls(B, G[:, :, None])[:, :, 0]
 
 
 def _polish_float(t, G, ell, gamma, iters=3):
@@ -135,7 +162,7 @@ def _polish_float(t, G, ell, gamma, iters=3):
         model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * t[None, :, None])).sum(axis=2)
         r = G - model
         J = jacobian(t, ell, gamma)
-        step = (np.linalg.pinv(J) @ r[:, :, None])[:, :, 0]
+        step = _solve_ls(J, r[:, :, None])[:, :, 0]
         ell = ell + step[:, :n]
         gamma = gamma + step[:, n:]
     return ell, gamma
@@ -146,9 +173,8 @@ def _finish_float(t, G, ell, gamma):
     ell = np.take_along_axis(ell, order, axis=1)
     gamma = np.take_along_axis(gamma, order, axis=1)
     J = jacobian(t, ell, gamma)
-    with np.errstate(over="ignore"):  # a singular Jacobian gives inf sensitivity, reported as such
-        Jinv = np.linalg.pinv(J)
-        absrows = np.abs(Jinv).sum(axis=2)  # (C, 2n)
+    Jinv = _pinv_small(J)
+    absrows = np.abs(Jinv).sum(axis=2)  # (C, 2n)
     n = ell.shape[1]
     sens = np.stack([absrows[:, :n], absrows[:, n:]], axis=1)
     model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * np.asarray(t, float)[None, :, None])).sum(axis=2)
@@ -174,6 +200,37 @@ def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
     if polish:
         ell, gamma = _polish_float(t, G, ell, gamma)
     return _finish_float(t, G, ell, gamma)
+
+
+def fit_masked(t, G, n, *, method="linearised"):
+    """float64 :func:`fit_known_degree` that never raises: returns ``(fit, ok)``.
+
+    ``ok[c]`` is False where configuration ``c`` has a non-real or non-positive
+    :math:`\rho`, or a non-finite value or sensitivity; its entries are then placeholders.
+    Used by the robust learner to find the configurations to redraw.
+    """
+    G = np.asarray(G, dtype=float)
+    C = G.shape[0]
+    t = [int(ti) for ti in t]
+    if n == 0:
+        return _fit_float(t, G, 0), np.ones(C, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # bad rows are masked
+        if method == "linearised":
+            _, qc, _ = _linearised_float(t, G, n)
+            rho = _poles_float(qc)
+        else:
+            rho = _loewner_poles_float(t, G, n)
+        scale = np.maximum(np.abs(rho), 1e-300)
+        ok = np.all((np.abs(np.imag(rho)) <= np.finfo(float).eps ** 0.5 * scale) & (np.real(rho) > 0)
+                    & np.isfinite(rho), axis=1)
+        rho = np.where(ok[:, None], np.real(rho), np.linspace(0.5, 2.0, n)[None, :])
+        ell = np.log(rho)
+        gamma = _residues_float(t, rho, G)
+        ell, gamma = _polish_float(t, G, ell, gamma)
+        fit = _finish_float(t, G, ell, gamma)
+    ok &= np.all(np.isfinite(fit.ell), axis=1) & np.all(np.isfinite(fit.gamma), axis=1)
+    ok &= np.all(np.isfinite(fit.sens.reshape(C, -1)), axis=1)
+    return fit, ok
 
 
 def loewner_matrix(t, G):
@@ -214,7 +271,7 @@ def _loewner_poles_float(t, G, n):
     Ls = (mu[None, :, None] * Gm[:, :, None] - lam[None, None, :] * Gl[:, None, :]) / dm
     # square n x n pencil on the first n nodes of each half (exactly determined when m = 2n)
     L, Ls = L[:, :n, :n], Ls[:, :n, :n]
-    poles = np.linalg.eigvals(np.linalg.solve(L, Ls))
+    poles = np.linalg.eigvals(_solve_ls(L, Ls))
     return -1.0 / poles
 
 
@@ -243,7 +300,7 @@ def _fit_mp_one(t, G, n, label):
         return [], [], max((abs(g) for g in G), default=mpmath.mpf(0))
     rows = []
     for ti, gi in zip(t, G):
-        rows.append([mpmath.mpf(ti) ** k for k in range(n)] + [-gi * mpmath.mpf(ti) ** k for k in range(1, n + 1)])
+        rows.append([mpmath.mpf(int(ti)) ** k for k in range(n)] + [-gi * mpmath.mpf(int(ti)) ** k for k in range(1, n + 1)])
     A = mpmath.matrix(rows)
     b = mpmath.matrix(list(G))
     if m == 2 * n:
@@ -267,7 +324,7 @@ def _fit_mp_one(t, G, n, label):
                 "negative (rho must be real and > 0)"
             )
     rho = sorted(mpmath.re(r) for r in rho)
-    B = mpmath.matrix([[1 / (1 + r * mpmath.mpf(ti)) for r in rho] for ti in t])
+    B = mpmath.matrix([[1 / (1 + r * mpmath.mpf(int(ti))) for r in rho] for ti in t])
     gamma, _ = mpmath.qr_solve(B, b)
     gamma = [gamma[h] for h in range(n)]
     resid = max(abs(G[i] - mpmath.fsum(gamma[h] / (1 + rho[h] * t[i]) for h in range(n))) for i in range(m))
@@ -283,10 +340,21 @@ def _fit_mp(t, G, n, labels=None):
         label = labels[c] if labels is not None else f"configuration {c}"
         e, g, r = _fit_mp_one(list(t), list(G[c]), n, label)
         ell[c, :], gamma[c, :], residual[c] = e, g, r
-    # sensitivities are a float64 diagnostic
-    fl = np.array(ell, dtype=float).reshape(C, n)
-    fg = np.array(gamma, dtype=float).reshape(C, n)
-    sens = _finish_float(t, np.zeros((C, len(t))), fl, fg).sens if n else np.zeros((C, 2, 0))
+    # sensitivities (rows of |J^+|), computed in mpmath: J can be singular to float64 at large n
+    sens = np.zeros((C, 2, n))
+    for c in range(C):
+        if n == 0:
+            break
+        rho = [mpmath.exp(e) for e in ell[c]]
+        rows = []
+        for ti in t:
+            ti = mpmath.mpf(int(ti))
+            rows.append([-gamma[c, h] * rho[h] * ti / (1 + rho[h] * ti) ** 2 for h in range(n)]
+                        + [1 / (1 + rho[h] * ti) for h in range(n)])
+        J = mpmath.matrix(rows)
+        Jp = J**-1 if len(t) == 2 * n else (J.T * J) ** -1 * J.T
+        absrow = [float(mpmath.fsum(abs(Jp[i, j]) for j in range(len(t)))) for i in range(2 * n)]
+        sens[c, 0], sens[c, 1] = absrow[:n], absrow[n:]
     return RationalFit(ell, gamma, sens, residual)
 
 
@@ -329,21 +397,40 @@ def fit_known_degree(t, G, n, *, method="linearised", polish=True, labels=None):
         raise ValueError(f"G must have shape (C, {len(t)}), got {G.shape}")
     if len(t) < 2 * n:
         raise ValueError(f"{len(t)} samples cannot fix {2 * n} unknowns (n = {n} poles)")
-    if G.dtype == object:
-        return _fit_mp(t, G, n, labels)
-    return _fit_float(t, G, n, method=method, polish=polish, labels=labels)
+    t = [int(ti) for ti in t]
+    try:
+        if G.dtype == object:
+            return _fit_mp(t, G, n, labels)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # singular cases raise below
+            fit = _fit_float(t, G, n, method=method, polish=polish, labels=labels)
+        if not (np.all(np.isfinite(fit.ell)) and np.all(np.isfinite(fit.gamma)) and np.all(np.isfinite(fit.sens))):
+            raise np.linalg.LinAlgError("non-finite fit")
+        return fit
+    except (ZeroDivisionError, np.linalg.LinAlgError, ValueError) as exc:
+        if type(exc) is ValueError and G.dtype != object:  # LinAlgError is a ValueError too
+            raise
+        if len(G) > 1:  # name the configuration
+            for c in range(len(G)):
+                fit_known_degree(t, G[c : c + 1], n, method=method, polish=polish,
+                                 labels=[labels[c]] if labels is not None else [f"configuration {c}"])
+        name = labels[0] if labels is not None and len(G) == 1 else "a configuration"
+        raise InconsistentHeadCountError(
+            f"{name}: the degree-{n} interpolation is singular ({exc}): the samples have fewer than {n} "
+            "poles here (a vanishing residue or two coinciding poles) though other configurations need "
+            f"{n}"
+        ) from None
 
 
 def _fit_residuals(t, G, k, method):
     """Refit residual of a degree-k fit for every configuration; inf where the fit fails."""
     try:
         return np.array([float(r) for r in fit_known_degree(t, G, k, method=method).residual])
-    except PoleError:
+    except (PoleError, InconsistentHeadCountError):
         out = np.empty(len(G))
         for c in range(len(G)):
             try:
                 out[c] = float(fit_known_degree(t, G[c : c + 1], k, method=method).residual[0])
-            except PoleError:
+            except (PoleError, InconsistentHeadCountError):
                 out[c] = np.inf
         return out
 

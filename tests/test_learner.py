@@ -129,7 +129,9 @@ def test_float64_robust_costs_reported_and_helps():
     model = random_model(2, 8, seed=16)
     rec = learn(Oracle(model), 8, heads=2, robust=True, holdout=8)
     assert rec.queries["constants"] == 7
-    assert rec.queries["total"] == query_budget(8, 2)[0] + 7 + rec.queries["holdout"]
+    extra = rec.queries["redraws"]
+    assert extra == 4 * len(rec.diagnostics["redrawn"])  # 2n queries per redrawn configuration
+    assert rec.queries["total"] == query_budget(8, 2)[0] + 7 + extra + rec.queries["holdout"]
     assert param_error(rec.model, model) <= 1e-6
 
 

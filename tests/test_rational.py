@@ -1,0 +1,295 @@
+"""Tests of attnlearn.rational: the copies family, rational interpolation, the head-count rank (claim C3)."""
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from attnlearn import InconsistentHeadCountError, MultiHeadAttention, Oracle, PoleError
+from attnlearn.rational import (
+    RationalFit,
+    copies_sequences,
+    fit_checked,
+    fit_known_degree,
+    fit_min_degree,
+    jacobian,
+    loewner_matrix,
+)
+
+METHODS = ["linearised", "loewner"]
+
+
+def samples(ell, gamma, t):
+    r"""G(t) = sum_h gamma_h / (1 + e^{ell_h} t) for rows of ell, gamma (float64)."""
+    ell, gamma = np.atleast_2d(ell), np.atleast_2d(gamma)
+    t = np.asarray(t, dtype=float)
+    return (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * t[None, :, None])).sum(axis=2)
+
+
+def samples_mp(ell, gamma, t):
+    """The same at the current mpmath precision, one configuration; object array (1, m)."""
+    row = [mpmath.fsum(g / (1 + mpmath.exp(e) * ti) for e, g in zip(ell, gamma)) for ti in t]
+    return np.array([row], dtype=object)
+
+
+def random_poles(rng, C, H, spread=2.0, min_gap=0.2, min_gamma=0.2):
+    """ell in [-spread, spread] with gaps >= min_gap, |gamma| >= min_gamma (well separated heads)."""
+    ell = np.empty((C, H))
+    for c in range(C):
+        while True:
+            e = np.sort(rng.uniform(-spread, spread, H))
+            if H < 2 or np.min(np.diff(e)) >= min_gap:
+                ell[c] = e
+                break
+    gamma = rng.choice([-1, 1], size=(C, H)) * rng.uniform(min_gamma, 2.0, size=(C, H))
+    return ell, gamma
+
+
+# --- copies_sequences ----------------------------------------------------------------------
+
+
+@given(C=st.integers(1, 4), d=st.integers(1, 5), t=st.integers(0, 6), seed=st.integers(0, 2**16))
+def test_copies_sequences_shape_and_content(C, d, t, seed):
+    rng = np.random.default_rng(seed)
+    x, q = rng.normal(size=(C, d)), rng.normal(size=(C, d))
+    S = copies_sequences(x, q, t)
+    assert S.shape == (C, t + 1, d)
+    np.testing.assert_array_equal(S[:, 0], x)
+    for k in range(1, t + 1):
+        np.testing.assert_array_equal(S[:, k], q)
+
+
+def test_copies_family_is_the_rational_function():
+    """F(t) = V^T q + sum_h gamma_h / (1 + rho_h t), exact mode (DESIGN §4.1)."""
+    rng = np.random.default_rng(10)
+    H, d = 3, 4
+    m = MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+    x, q = rng.normal(size=(1, d)), rng.normal(size=(1, d))
+    oracle = Oracle(m, precision=50)
+    with mpmath.workdps(50):
+        mm = m.to_mpmath()
+        xm, qm = [mpmath.mpf(a) for a in x[0]], [mpmath.mpf(a) for a in q[0]]
+        um = [a - b for a, b in zip(qm, xm)]
+        ell = [mpmath.fdot(um, mm.W[h].dot(qm)) for h in range(H)]
+        gamma = [-mpmath.fdot(um, mm.v[h]) for h in range(H)]
+        c = mpmath.fdot(mm.V, qm)
+        for t in range(1, 7):
+            F = oracle.batch(copies_sequences(x, q, t))[0]
+            formula = c + mpmath.fsum(g / (1 + mpmath.exp(e) * t) for e, g in zip(ell, gamma))
+            assert abs(F - formula) < mpmath.mpf(10) ** -45
+    assert oracle.max_length == 7
+
+
+# --- fit_known_degree ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("H", [1, 2, 3, 4])
+def test_exact_mode_recovers_poles_and_residues(H):
+    rng = np.random.default_rng(100 + H)
+    ell, gamma = random_poles(rng, 1, H)
+    t = list(range(1, 2 * H + 1))
+    with mpmath.workdps(60):
+        em, gm = [mpmath.mpf(e) for e in ell[0]], [mpmath.mpf(g) for g in gamma[0]]
+        fit = fit_known_degree(t, samples_mp(em, gm, t), H)
+        assert isinstance(fit, RationalFit) and fit.n == H
+        err_l = max(abs(a - b) for a, b in zip(fit.ell[0], em))
+        err_g = max(abs(a - b) for a, b in zip(fit.gamma[0], gm))
+        assert err_l < 1e-40 and err_g < 1e-40
+        assert fit.residual[0] < 1e-50
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("polish", [True, False])
+@pytest.mark.parametrize("H", [1, 2])
+def test_float64_recovers_small_H(method, polish, H):
+    rng = np.random.default_rng(200 + H)
+    ell, gamma = random_poles(rng, 20, H)
+    t = np.arange(1, 2 * H + 1)
+    fit = fit_known_degree(t, samples(ell, gamma, t), H, method=method, polish=polish)
+    assert fit.ell.shape == fit.gamma.shape == (20, H)
+    assert np.max(np.abs(fit.ell - ell)) < 1e-9
+    assert np.max(np.abs(fit.gamma - gamma)) < 1e-9
+    assert np.all(np.diff(fit.ell, axis=1) > 0)  # sorted increasingly
+
+
+@given(ell=st.floats(-2.0, 2.0), gamma=st.floats(0.05, 5.0), sign=st.sampled_from([-1.0, 1.0]),
+       method=st.sampled_from(METHODS))
+def test_float64_one_head_property(ell, gamma, sign, method):
+    t = np.arange(1, 3)
+    fit = fit_known_degree(t, samples([ell], [sign * gamma], t), 1, method=method)
+    assert abs(fit.ell[0, 0] - ell) < 1e-10
+    assert abs(fit.gamma[0, 0] - sign * gamma) < 1e-10 * max(1.0, gamma)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_sensitivity_positive_finite(method):
+    rng = np.random.default_rng(300)
+    ell, gamma = random_poles(rng, 10, 2)
+    t = np.arange(1, 5)
+    fit = fit_known_degree(t, samples(ell, gamma, t), 2, method=method)
+    assert fit.sens.shape == (10, 2, 2)
+    assert np.all(np.isfinite(fit.sens)) and np.all(fit.sens > 0)
+    # the sensitivity is a bound per unit sample error: perturb and compare (first order)
+    delta = 1e-10
+    G2 = samples(ell, gamma, t) + delta * rng.choice([-1, 1], size=(10, 4))
+    fit2 = fit_known_degree(t, G2, 2, method=method)
+    assert np.all(np.abs(fit2.ell - fit.ell) <= 1.5 * delta * fit.sens[:, 0] + 1e-12)
+
+
+def test_exact_mode_sensitivity_is_float():
+    with mpmath.workdps(40):
+        em, gm = [mpmath.mpf("-0.5"), mpmath.mpf("0.8")], [mpmath.mpf(1), mpmath.mpf(-2)]
+        fit = fit_known_degree([1, 2, 3, 4], samples_mp(em, gm, [1, 2, 3, 4]), 2)
+    assert fit.sens.dtype == float and np.all(np.isfinite(fit.sens)) and np.all(fit.sens > 0)
+
+
+def test_zero_degree():
+    G = np.zeros((2, 4))
+    fit = fit_known_degree([1, 2, 3, 4], G, 0)
+    assert fit.n == 0 and np.all(fit.residual == 0)
+
+
+# --- errors of fit_known_degree ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_positive_pole_raises(method):
+    t = np.array([1.0, 2.0])
+    G = 1.0 / (1.0 - 0.3 * t)  # rho = -0.3: a positive pole at t = 1/0.3
+    with pytest.raises(PoleError, match=r"configuration 0: interpolated poles .* not all real and negative"):
+        fit_known_degree(t, G[None], 1, method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_complex_poles_raise(method):
+    z = 0.5 + 0.8j
+    t = np.arange(1, 5)
+    G = (2.0 / (1.0 + z * t)).real  # a conjugate pair of poles
+    with pytest.raises(PoleError, match=r"cfg-A: interpolated poles .* not all real"):
+        fit_known_degree(t, G[None], 2, method=method, labels=["cfg-A"])
+
+
+def test_positive_pole_raises_exact():
+    with mpmath.workdps(40):
+        G = np.array([[1 / (1 - mpmath.mpf("0.3") * t) for t in (1, 2)]], dtype=object)
+        with pytest.raises(PoleError, match=r"configuration 0: interpolated pole -1/rho .* not real and negative"):
+            fit_known_degree([1, 2], G, 1)
+
+
+def test_wrong_shape_and_too_few_samples():
+    with pytest.raises(ValueError, match=r"G must have shape \(C, 4\), got \(4,\)"):
+        fit_known_degree([1, 2, 3, 4], np.ones(4), 2)
+    with pytest.raises(ValueError, match=r"G must have shape \(C, 4\), got \(1, 3\)"):
+        fit_known_degree([1, 2, 3, 4], np.ones((1, 3)), 2)
+    with pytest.raises(ValueError, match=r"3 samples cannot fix 4 unknowns \(n = 2 poles\)"):
+        fit_known_degree([1, 2, 3], np.ones((1, 3)), 2)
+
+
+def test_unknown_method():
+    with pytest.raises(ValueError, match=r'method must be "linearised" or "loewner", got \'aaa\''):
+        fit_known_degree([1, 2], np.ones((1, 2)), 1, method="aaa")
+
+
+# --- unknown degree ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("Hp", [0, 1, 2])
+def test_min_degree_float64(method, Hp):
+    rng = np.random.default_rng(400 + Hp)
+    ell, gamma = random_poles(rng, 5, Hp)
+    t = np.arange(1, 9)  # bound H0 = 4
+    k, fit = fit_min_degree(t, samples(ell, gamma, t), 4, tol=1e-10, method=method)
+    assert k == Hp
+    assert np.max(np.abs(fit.ell - ell), initial=0.0) < 1e-8
+
+
+@pytest.mark.parametrize("Hp", [1, 2, 3])
+def test_min_degree_exact(Hp):
+    rng = np.random.default_rng(500 + Hp)
+    ell, gamma = random_poles(rng, 1, Hp)
+    t = list(range(1, 11))  # bound H0 = 5
+    with mpmath.workdps(60):
+        em, gm = [mpmath.mpf(e) for e in ell[0]], [mpmath.mpf(g) for g in gamma[0]]
+        k, fit = fit_min_degree(t, samples_mp(em, gm, t), 5, tol=1e-45)
+        assert k == Hp
+        assert max(abs(a - b) for a, b in zip(fit.ell[0], em)) < 1e-40
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_min_degree_configurations_disagree(method):
+    t = np.arange(1, 7)
+    G = np.vstack([samples([0.3], [1.0], t), samples([-0.5, 0.7], [1.0, -0.8], t)])
+    with pytest.raises(InconsistentHeadCountError,
+                       match=r"cfg-1 needs more than the 1 canonical heads found in the first configuration"):
+        fit_min_degree(t, G, 3, tol=1e-10, method=method, labels=["cfg-0", "cfg-1"])
+
+
+def test_fit_checked_per_configuration_tol():
+    t = np.arange(1, 7)
+    G = np.vstack([samples([0.3], [1.0], t), samples([0.1], [1.0], t) + 1e-6 * np.array([1, -1, 1, -1, 1, -1])])
+    fit_checked(t, G, 1, tol=[1e-10, 1e-5])  # passes with the looser tol for configuration 1
+    with pytest.raises(InconsistentHeadCountError, match=r"configuration 1 needs more than the 1 canonical heads"):
+        fit_checked(t, G, 1, tol=1e-10)
+
+
+def test_min_degree_later_configuration_has_fewer_heads_exact():
+    t = list(range(1, 7))
+    with mpmath.workdps(60):
+        G = np.vstack([samples_mp([mpmath.mpf("-0.5"), mpmath.mpf("0.7")], [1, mpmath.mpf("-0.8")], t),
+                       samples_mp([mpmath.mpf("0.3")], [1], t)])
+        with pytest.raises(InconsistentHeadCountError):
+            fit_min_degree(t, G, 3, tol=1e-40)
+
+
+# --- the Loewner matrix --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("Hp", [1, 2, 3])
+def test_loewner_rank_exact(Hp):
+    rng = np.random.default_rng(600 + Hp)
+    ell, gamma = random_poles(rng, 1, Hp)
+    t = list(range(1, 9))  # H0 = 4: a 4 x 4 Loewner matrix
+    with mpmath.workdps(60):
+        G = samples_mp([mpmath.mpf(e) for e in ell[0]], [mpmath.mpf(g) for g in gamma[0]], t)[0]
+        L = loewner_matrix(t, G)
+        assert L.shape == (4, 4) and L.dtype == object
+        s = mpmath.svd_r(mpmath.matrix(L.tolist()), compute_uv=False)
+        s = sorted((abs(x) for x in s), reverse=True)
+        rank = sum(1 for x in s if x > mpmath.mpf(10) ** -45 * s[0])
+        assert rank == Hp
+        assert s[Hp - 1] > mpmath.mpf(10) ** -20 * s[0]
+
+
+def test_loewner_matrix_entries_float():
+    t = np.arange(1, 6)
+    G = samples([0.2], [1.5], t)[0]
+    L = loewner_matrix(t, G)
+    assert L.shape == (3, 2) and L.dtype == float  # mu = 1, 3, 5; lambda = 2, 4
+    assert L[1, 0] == pytest.approx((G[2] - G[1]) / (3 - 2), rel=1e-15)
+    assert np.linalg.matrix_rank(L, tol=1e-12 * np.abs(L).max()) == 1
+
+
+# --- jacobian ------------------------------------------------------------------------------
+
+
+@given(seed=st.integers(0, 2**16), H=st.integers(1, 4))
+def test_jacobian_matches_finite_differences(seed, H):
+    rng = np.random.default_rng(seed)
+    ell, gamma = rng.uniform(-2, 2, size=(2, H)), rng.normal(size=(2, H))
+    t = np.arange(1, 2 * H + 1)
+    J = jacobian(t, ell, gamma)
+    assert J.shape == (2, 2 * H, 2 * H)
+    h = 1e-6
+    for k in range(2 * H):
+        e, g = ell.copy(), gamma.copy()
+        e2, g2 = ell.copy(), gamma.copy()
+        if k < H:
+            e[:, k] += h
+            e2[:, k] -= h
+        else:
+            g[:, k - H] += h
+            g2[:, k - H] -= h
+        fd = (samples(e, g, t) - samples(e2, g2, t)) / (2 * h)
+        np.testing.assert_allclose(J[:, :, k], fd, atol=1e-8)
