@@ -68,8 +68,8 @@ def as_real_array(a, name):
         raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.complexfloating):
         raise TypeError(f"{name} must be real, got complex dtype {arr.dtype}")
-    arr = arr.astype(float)
-    if not np.all(np.isfinite(arr)):
+    arr = np.asarray(arr, dtype=float)  # no copy when already float64
+    if not np.isfinite(arr).all():
         raise ValueError(f"{name} has a non-finite entry (NaN or inf)")
     return arr
 

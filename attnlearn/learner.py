@@ -270,12 +270,13 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
 
     # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
     cq = None
+    pre = None  # robust mode: the fits of every configuration, already done while redrawing
     redraw_queries, redrawn = 0, []
     if robust and d > 1:
         extra = ask(np.stack(q[1:])[:, None, :], "the block constants (q_k)")
         cq = np.concatenate([[c0], extra])
         if kstar > 0:
-            redraw_queries, redrawn = _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask,
+            redraw_queries, redrawn, pre = _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask,
                                               method, oracle, rounds=redraw_rounds)
 
     # ---- constants c = V^T q ---------------------------------------------------------------
@@ -290,7 +291,11 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     cerr[in_block0] = eps_out
     # block 1: fit, then V from F(0) = c_1 + sum_h gamma_h = V^T x over the base configurations
     idx0 = np.nonzero(in_block0)[0]
-    fit_b0 = fit_checked(ts, F[idx0] - c0, kstar, tol=tol, labels=[labels[i] for i in idx0], method=method)
+    if pre is not None:
+        fit_b0 = _subset(pre, idx0)
+        _residual_check(fit_b0, tol, len(ts), kstar, [labels[i] for i in idx0])
+    else:
+        fit_b0 = fit_checked(ts, F[idx0] - c0, kstar, tol=tol, labels=[labels[i] for i in idx0], method=method)
     base0 = [i for i in idx0 if kind[i] == "base"]
     pos = {i: p for p, i in enumerate(idx0)}
     X0 = np.stack([xx[i] for i in base0])
@@ -323,8 +328,12 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
             # paper budget in float64: V^T q_k inherits V's error; re-estimate each block's
             # constant from the link equations, which hold only at the true constant
             calib = _calibrate_constants(ts, F, cvals, cerr, index, d, kstar, eps_out, method, labels)
-        fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
-                               labels=[labels[i] for i in rest], method=method)
+        if pre is not None:
+            fit_rest = _subset(pre, rest)
+            _residual_check(fit_rest, tol + 30 * np.sqrt(m) * cerr[rest], m, kstar, [labels[i] for i in rest])
+        else:
+            fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
+                                   labels=[labels[i] for i in rest], method=method)
     H = kstar
     ell = np.empty((C, H), dtype=object if exact else float)
     gam = np.empty((C, H), dtype=object if exact else float)
@@ -339,7 +348,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     err_ell = sens[:, 0, :] * err_in[:, None]
     err_gam = sens[:, 1, :] * err_in[:, None]
     if exact:  # in float64 an insignificant value shows up in the matching and the error estimate
-        _check_significant(to_float(ell), to_float(gam), err_ell, err_gam, labels, _safety(exact))
+        _check_significant(to_float(ell), to_float(gam), err_ell, err_gam, labels, 10.0)
 
     diagnostics = {
         "labels": labels,
@@ -384,17 +393,16 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
                 + _scaled_err(err_ell, err_gam, sc, lnk))
         mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=[labels[i] for i in lnk])
         diagnostics["link_residual"], diagnostics["link_margin"] = mt.residual, mt.margin
-        r = 0
-        for k in range(d):
-            for j in range(1, d):
-                i = oth[r]
-                p = mt.perm[r]
-                lab_ell[k, j], lab_gam[k, j] = ell[i][p], gam[i][p]
-                lab_eell[k, j], lab_egam[k, j] = err_ell[i][p], err_gam[i][p]
-                il, o = lnk[r], mt.observed[r]
-                link_ell[k, j], link_gam[k, j] = ell[il][o], gam[il][o]
-                link_eell[k, j], link_egam[k, j] = err_ell[il][o], err_gam[il][o]
-                r += 1
+        # fancy indexing over all links at once: row r is block k = r // (d-1), j = 1 + r % (d-1)
+        oth_a, lnk_a = np.array(oth), np.array(lnk)
+        rr = np.arange(len(oth))[:, None]
+        pi, ob = mt.perm, mt.observed
+        kk, jj = np.divmod(np.arange(len(oth)), d - 1)
+        jj = jj + 1
+        lab_ell[kk, jj], lab_gam[kk, jj] = ell[oth_a][rr, pi], gam[oth_a][rr, pi]
+        lab_eell[kk, jj], lab_egam[kk, jj] = err_ell[oth_a][rr, pi], err_gam[oth_a][rr, pi]
+        link_ell[kk, jj], link_gam[kk, jj] = ell[lnk_a][rr, ob], gam[lnk_a][rr, ob]
+        link_eell[kk, jj], link_egam[kk, jj] = err_ell[lnk_a][rr, ob], err_gam[lnk_a][rr, ob]
 
     # ---- per-block solves: w_{h,k} = W_h q_k and v_h ------------------------------------------
     w = np.empty((d, H, d), dtype=ell.dtype)  # [k, h, :]
@@ -487,6 +495,23 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     return _finish(oracle, model, queries, max_length, eps_out, estimate, holdout, diagnostics, rng, f, exact)
 
 
+def _subset(fit, idx):
+    from .rational import RationalFit
+
+    return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx])
+
+
+def _residual_check(fit, tol, m, k, labels):
+    res = np.asarray(fit.residual, dtype=float)
+    tol = np.broadcast_to(np.asarray(tol, dtype=float), res.shape)
+    if 2 * k < m and np.any(res > tol):
+        c = int(np.argmax(res > tol))
+        raise InconsistentHeadCountError(
+            f"{labels[c]} needs more than the {k} canonical heads found in the first configuration: refit "
+            f"residual {res[c]:.2e} > tol {tol[c]:.2e} (configurations disagree on the head count)"
+        )
+
+
 def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, oracle, rounds):
     """Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
 
@@ -507,7 +532,7 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
     spent, names = 0, []
     redo = np.arange(C)
     fit_all = None
-    for _ in range(rounds):
+    for rnd in range(rounds + 1):
         fit, ok = fit_masked(ts, F[redo] - cvec[redo, None], H, method=method)
         if fit_all is None:
             fit_all, ok_all = fit, ok
@@ -518,22 +543,20 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
         measure = rel.max(axis=1)
         limit = 100 * np.median(measure[ok_all])
         bad = ~ok_all | (measure > limit)
-        if not bad.any():
+        if not bad.any() or rnd == rounds:
             break
-        new_u = set()
-        for i in np.nonzero(bad)[0]:
-            kd, k, j = configs[i][:3]
-            new_u.add(("cross", k, 0) if kd == "cross" else ("u", k, j))
+        new_u = sorted({("cross", configs[i][1], 0) if configs[i][0] == "cross" else ("u", configs[i][1], configs[i][2])
+                        for i in np.nonzero(bad)[0]})
+        fresh = _unit_rows(rng, len(new_u), d)
         affected = set()
-        for key in new_u:
+        for key, z in zip(new_u, fresh):
             if key[0] == "cross":
                 i = index[key]
-                qn = np.linalg.norm(qq[i])
-                uu[i] = _unit_rows(rng, 1, d)[0] * f / qn
+                uu[i] = z * f / np.linalg.norm(qq[i])
                 affected.add(i)
                 continue
             _, k, j = key
-            U[k, j] = _unit_rows(rng, 1, d)[0] * (f if k == 0 else np.sqrt(f))
+            U[k, j] = z * (f if k == 0 else np.sqrt(f))
             affected.add(index[("base", k, j)])
             for jj in (range(1, d) if j == 0 else [j]):
                 affected.add(index[("link", k, jj)])
@@ -550,7 +573,13 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
             F[redo, it] = ask(copies_sequences(xx[redo], qq[redo], t), f"redrawn configurations, t = {t}")
         spent += len(redo) * len(ts)
         names.extend(configs[i][0] + f"({configs[i][1] + 1},{configs[i][2] + 1})" for i in redo)
-    return spent, names
+    if not ok_all.all():
+        i = int(np.argmin(ok_all))
+        raise IllConditionedError(
+            f"{configs[i][0]}({configs[i][1] + 1},{configs[i][2] + 1}): no well-posed interpolation after "
+            f"{rounds} rounds of redrawing (non-real or non-positive poles)"
+        )
+    return spent, names, fit_all
 
 
 def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, labels, rounds=3):

@@ -92,7 +92,7 @@ class Oracle:
     lengths : collections.Counter
         How many queries of each length were asked.
     elapsed : float
-        Seconds spent evaluating the model (for the benchmarks).
+        Seconds spent inside :meth:`batch` (validation and evaluation; for the benchmarks).
     """
 
     def __init__(self, model, *, precision="float64", noise=None, seed=None):
@@ -138,9 +138,9 @@ class Oracle:
 
     def batch(self, Xs):
         """Ask ``n`` sequences of the same length at once; ``Xs`` has shape ``(n, N, d)``."""
+        t0 = time.perf_counter()
         Xs = check_sequences(Xs, self.d, batch=True)
         n, N, _ = Xs.shape
-        t0 = time.perf_counter()
         if self.dps is None:
             Xs = to_float(Xs) if is_mp(Xs) else Xs
             y = np.asarray(self._model.batch(Xs), dtype=float)

@@ -104,7 +104,7 @@ def _solve_ls(A, b):
         Qf, R = np.linalg.qr(A)
         return np.linalg.solve(R, Qf.swapaxes(-1, -2) @ b)
     except np.linalg.LinAlgError:
-        return np.linalg.pinv(A) @ b
+        return np.linalg.pinv(np.where(np.isfinite(A), A, 0.0)) @ np.where(np.isfinite(b), b, 0.0)
 
 
 def _pinv_small(A):
@@ -115,7 +115,7 @@ def _pinv_small(A):
         Qf, R = np.linalg.qr(A)
         return np.linalg.solve(R, Qf.swapaxes(-1, -2))
     except np.linalg.LinAlgError:
-        return np.linalg.pinv(A)
+        return np.linalg.pinv(np.where(np.isfinite(A), A, 0.0))
 
 
 def _linearised_float(t, G, n):
