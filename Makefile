@@ -26,12 +26,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # turns an exception in a cell into a warning, and -W makes it fatal.
 JB_FLAGS := --all -W -n --keep-going
 
-.PHONY: help install book test unit-test nb-test clean
+.PHONY: help install book test unit-test nb-test browser-test clean
 
 help:
 	@echo "make book   - build the Jupyter Book (executes every notebook) into _build/html"
-	@echo "make test   - unit tests (tests/) and strict nbval of the stored notebook outputs"
-	@echo "make clean  - remove _build"
+	@echo "make test   - unit tests (tests/), strict nbval of the stored notebook outputs,"
+	@echo "              then the book build and the headless-browser test of every page"
+	@echo "make browser-test - build the book, open every page in headless Chromium (offline)"
+	@echo "make clean  - remove _build (HTML and browser screenshots)"
 
 # The last step builds matplotlib's font cache now; otherwise the first notebook
 # to import matplotlib prints "building the font cache" to stderr (a warning
@@ -46,13 +48,20 @@ $(STAMP): pyproject.toml requirements.txt
 
 install: $(STAMP)
 
+# _build/html is removed first, so no page of an earlier build (a chapter since
+# renamed, a stray file) survives into the site or the browser test.
 book: install
+	rm -rf _build/html
 	$(BIN)/jupyter-book build . $(JB_FLAGS)
 
-test: unit-test nb-test
+# Order matters (make runs prerequisites left to right and stops at the first
+# failure): the fast checks first, then the book build (~2 min, executes every
+# notebook), then the browser test of the HTML it produced.
+test: unit-test nb-test browser-test
 
+# The browser test needs the built book, so it runs in browser-test, not here.
 unit-test: install
-	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
+	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests --ignore=tests/test_book_browser.py
 
 # Strict nbval (not --nbval-lax): every stored output must be reproduced.
 # --nbval-current-env runs the notebooks with this venv's Python regardless of
@@ -60,6 +69,13 @@ unit-test: install
 nb-test: install
 	$(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 	    --nbval-sanitize-with book/sanitize.cfg book/
+
+# Serves _build/html on 127.0.0.1 and opens every page in headless Chromium
+# (Debian's chromium + chromium-driver; .ci/run installs them): console errors,
+# typeset maths, images, internal links, Binder buttons, no remote requests.
+# Screenshots: _build/screenshots/.  Skipped (with the reason) without a browser.
+browser-test: book
+	$(BIN)/python -m pytest -p no:cacheprovider -rs tests/test_book_browser.py
 
 clean:
 	rm -rf _build

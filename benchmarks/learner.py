@@ -1,0 +1,114 @@
+"""Benchmark of attnlearn.learn (a script, not a test).
+
+    python benchmarks/learner.py              # timings: float64 and exact mode
+    python benchmarks/learner.py --quick      # fast smoke run (small sizes)
+    python benchmarks/learner.py --frontier   # float64 frontier table (chapter 4's full sweep)
+    python benchmarks/learner.py --frontier --json out.json   # ... and save it
+
+Timings: the learner's wall time (oracle included), the oracle's own evaluation time
+(``oracle.elapsed``), their ratio, and the relative parameter error against
+``canonical(model)`` (or the class name of the RecoveryError raised). Everything is seeded.
+"""
+
+import argparse
+import json
+import time
+import warnings
+
+import mpmath
+import numpy as np
+
+from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error
+
+
+def random_model(d, H, seed):
+    rng = np.random.default_rng(seed)
+    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+
+
+def run(d, H, *, precision="float64", robust=False, seed=0, model_seed=None):
+    model = random_model(d, H, 10_000 + 100 * d + seed if model_seed is None else model_seed)
+    oracle = Oracle(model, precision=precision)
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            rec = learn(oracle, d, heads=H, seed=seed, robust=robust)
+        wall = time.perf_counter() - t0
+        if oracle.exact:
+            with mpmath.workdps(oracle.dps):
+                err = param_error(rec.model, canonical(model.to_mpmath()))
+        else:
+            err = param_error(rec.model, canonical(model))
+        outcome, queries = f"{err:.1e}", rec.queries["total"]
+    except RecoveryError as exc:
+        wall = time.perf_counter() - t0
+        err, outcome, queries = float("inf"), type(exc).__name__, oracle.queries
+    return {"wall": wall, "oracle": oracle.elapsed, "error": err, "outcome": outcome, "queries": queries}
+
+
+def timings(quick):
+    f64 = [(4, 2), (8, 2)] if quick else [(16, 2), (64, 2), (32, 3)]
+    exact = [(2, 2)] if quick else [(4, 4), (6, 6)]
+    print("float64")
+    print(f"{'d':>3} {'H':>2} {'mode':<7} {'queries':>7} {'wall s':>8} {'oracle s':>9} {'ratio':>6}  error")
+    for d, H in f64:
+        for robust in (False, True):
+            r = run(d, H, robust=robust, model_seed=d * 10 + H)
+            ratio = r["wall"] / r["oracle"] if r["oracle"] > 0 else float("inf")
+            print(f"{d:>3} {H:>2} {'robust' if robust else 'paper':<7} {r['queries']:>7} {r['wall']:>8.3f}"
+                  f" {r['oracle']:>9.3f} {ratio:>6.1f}  {r['outcome']}", flush=True)
+    print("\nexact mode, 60 digits")
+    print(f"{'d':>3} {'H':>2} {'queries':>7} {'wall s':>8} {'oracle s':>9}  error")
+    for d, H in exact:
+        r = run(d, H, precision=60, model_seed=d * 10 + H)
+        print(f"{d:>3} {H:>2} {r['queries']:>7} {r['wall']:>8.3f} {r['oracle']:>9.3f}  {r['outcome']}", flush=True)
+
+
+def frontier(quick, seeds, path):
+    ds = [2, 4, 8] if quick else [2, 4, 8, 16, 32, 64]
+    Hs = [1, 2] if quick else [1, 2, 3, 4]
+    out = {"ds": ds, "Hs": Hs, "seeds": seeds, "threshold": 1e-6, "modes": {}}
+    t0 = time.perf_counter()
+    for robust in (False, True):
+        mode = "robust" if robust else "paper"
+        print(f"{mode}: median error over {seeds} seeds (raised runs in parentheses)")
+        print(f"{'H':>2} | " + " ".join(f"{'d=' + str(d):>13}" for d in ds) + " | frontier (median <= 1e-6)")
+        table, raised = {}, 0
+        for H in Hs:
+            cells, best = [], None
+            for d in ds:
+                errs = np.array([run(d, H, robust=robust, seed=s)["error"] for s in range(seeds)])
+                med = float(np.median(errs))
+                n_raised = int(np.sum(~np.isfinite(errs)))
+                raised += n_raised
+                table[f"{H},{d}"] = {"median": med if np.isfinite(med) else None, "raised": n_raised}
+                cells.append(f"{med:.0e} ({n_raised})" if np.isfinite(med) else f"raised ({n_raised})")
+                if med <= 1e-6:
+                    best = d
+            table[f"{H},frontier"] = best
+            print(f"{H:>2} | " + " ".join(f"{c:>13}" for c in cells) + f" | d = {best if best else 'none'}", flush=True)
+        out["modes"][mode] = table
+        print(f"raised RecoveryError: {raised} of {len(ds) * len(Hs) * seeds} runs\n")
+    print(f"frontier sweep wall time: {time.perf_counter() - t0:.1f} s")
+    if path:
+        with open(path, "w") as fh:
+            json.dump(out, fh, indent=1)
+        print(f"wrote {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run in a few seconds")
+    ap.add_argument("--frontier", action="store_true", help="the float64 frontier table instead of timings")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per frontier cell (default 10; 3 with --quick)")
+    ap.add_argument("--json", default=None, help="with --frontier: write the table to this JSON file")
+    args = ap.parse_args()
+    if args.frontier:
+        frontier(args.quick, args.seeds or (3 if args.quick else 10), args.json)
+    else:
+        timings(args.quick)
+
+
+if __name__ == "__main__":
+    main()
