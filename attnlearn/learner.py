@@ -361,6 +361,11 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     queries = {"design": design_queries, "constants": const_queries, "redraws": redraw_queries, "holdout": 0}
     diagnostics["redrawn"] = redrawn
     if H == 0:
+        if output_error is not None:
+            raise IllConditionedError(
+                f"every configuration is within the output error ({eps_out:.1e}) of the zero function: with "
+                "noisy outputs no canonical head can be certified, nor their absence"
+            )
         model = MultiHeadAttention(
             np.zeros((0, d, d), dtype=object if exact else float), np.zeros((0, d), dtype=object if exact else float)
         )
@@ -582,7 +587,7 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
     return spent, names, fit_all
 
 
-def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, labels, rounds=3):
+def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, labels, rounds=4):
     r"""Refine :math:`c_k=V^\top q_k` for blocks :math:`k\ge2` from their link equations (float64).
 
     Within block :math:`k` every configuration has the same constant. At the true constant
@@ -634,9 +639,11 @@ def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, label
         res = np.concatenate(res, axis=1).reshape(len(blocks), -1)
         der = np.concatenate(der, axis=1).reshape(len(blocks), -1)
         err = np.concatenate(err, axis=1).reshape(len(blocks), -1)
-        dd2 = (der**2).sum(axis=1)
-        delta = -(res * der).sum(axis=1) / dd2
-        bound = (np.abs(der) * err).sum(axis=1) / dd2  # first-order error of the estimate
+        # weighted least squares: each link equation counts by the inverse of its error bound
+        wgt = 1.0 / np.maximum(err, 1e-300) ** 2
+        dd2 = (wgt * der**2).sum(axis=1)
+        delta = -(wgt * res * der).sum(axis=1) / dd2
+        bound = (wgt * np.abs(der) * err).sum(axis=1) / dd2  # first-order error of the estimate
         for b, k in enumerate(blocks):
             c[k] += delta[b]
         steps.append(float(np.max(np.abs(delta))))
@@ -693,7 +700,8 @@ def _tolerances(F, _unused, exact, output_error, eps64, oracle):
     """Absolute output error eps (assumed or given) and the residual tolerance of the fits."""
     Fmax = float(np.abs(to_float(F)).max()) if F.size else 0.0
     if output_error is not None:
-        eps_out = float(output_error)
+        # the oracle's own float64 rounding is there whatever the user's noise bound says
+        eps_out = float(output_error) if exact else max(float(output_error), 4 * eps64 * Fmax)
     elif exact:
         eps_out = 10.0 ** (1 - oracle.dps) * max(Fmax, 1.0)
     else:
