@@ -14,6 +14,8 @@ STAMP  := $(VENV)/.installed
 # Determinism: exported to every recipe, hence to Jupyter kernels and pytest.
 export MPLBACKEND     := Agg
 export PYTHONHASHSEED := 0
+# Progress bars (attnlearn.progress) off: builds and stored outputs stay free of volatile text.
+export ATTNLEARN_PROGRESS := 0
 # Venv first on PATH, so any "python"/"jupyter" a tool spawns is the venv's.
 export PATH           := $(BIN):$(PATH)
 # Silence jupyter_core's platformdirs migration notice (would reach stderr).

@@ -20,7 +20,10 @@ from .errors import (
 from .learner import Recovery, learn, query_budget
 from .model import MultiHeadAttention
 from .oracle import Float32Rounding, GaussianNoise, Oracle, UniformNoise
+from .progress import progress
+from .regression import RegressionFit, fit_regression, random_queries
 from .single_head import learn_single_head
+from .transformer import OneLayerTransformer, TransformerRecovery, learn_transformer
 
 __all__ = [
     "__version__",
@@ -36,6 +39,10 @@ __all__ = [
     "learn",
     "Recovery",
     "query_budget",
+    "progress",
+    "fit_regression",
+    "random_queries",
+    "RegressionFit",
     "RecoveryError",
     "NotIdentifiableError",
     "InconsistentHeadCountError",
@@ -43,4 +50,7 @@ __all__ = [
     "UnmatchedHeadsError",
     "IllConditionedError",
     "CheckFailedError",
+    "OneLayerTransformer",
+    "learn_transformer",
+    "TransformerRecovery",
 ]

@@ -18,7 +18,7 @@ import warnings
 import mpmath
 import numpy as np
 
-from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error
+from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error, progress
 
 
 def random_model(d, H, seed):
@@ -78,7 +78,8 @@ def frontier(quick, seeds, path):
         for H in Hs:
             cells, best = [], None
             for d in ds:
-                errs = np.array([run(d, H, robust=robust, seed=s)["error"] for s in range(seeds)])
+                errs = np.array([run(d, H, robust=robust, seed=s)["error"]
+                                 for s in progress(range(seeds), desc=f"{mode} H={H} d={d}")])
                 med = float(np.median(errs))
                 n_raised = int(np.sum(~np.isfinite(errs)))
                 raised += n_raised
