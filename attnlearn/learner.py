@@ -125,8 +125,7 @@ def learn(
     robust : bool, keyword-only
         float64 practice mode: query each block's constant :math:`V^\top q_k` directly
         (:math:`d-1` extra queries, reported) instead of deriving it from the learned
-        :math:`V`, redraw ill-conditioned configurations (reported), and average the
-        :math:`d` estimates of each :math:`v_h`.
+        :math:`V`, and redraw ill-conditioned configurations (reported).
     output_error : float, optional, keyword-only
         Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
         :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
@@ -262,8 +261,9 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     F = np.empty((C, len(ts)), dtype=object if exact else float)
     F[0] = F00[0]
     if C > 1:
+        full = copies_sequences(xx[1:], qq[1:], ts[-1])  # S(x, q, t) is a prefix of this: views, no copies
         for i, t in enumerate(ts):
-            F[1:, i] = ask(copies_sequences(xx[1:], qq[1:], t), f"the copies queries with t = {t}")
+            F[1:, i] = ask(full[:, : t + 1], f"the copies queries with t = {t}")
     design_queries = oracle.queries - q0_before
     max_length = 2 * n + 1
     index = {(c[0], c[1], c[2]): i for i, c in enumerate(configs)}
@@ -429,18 +429,21 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         # blocks, heads and the two unknowns (w from ell, v from gamma) with one QR each
         Ub = U.astype(float)  # (k, j, :)
         A = np.concatenate([Ub, Ub[:, :1, :] + Ub[:, 1:, :]], axis=1)  # (d, 2d - 1, d)
-        vals = np.stack([np.concatenate([lab_ell, link_ell[:, 1:]], axis=1),
-                         -np.concatenate([lab_gam, link_gam[:, 1:]], axis=1)])  # (2, d, 2d-1, H)
-        errs = np.stack([np.concatenate([lab_eell, link_eell[:, 1:]], axis=1),
-                         np.concatenate([lab_egam, link_egam[:, 1:]], axis=1)])
-        e = np.maximum(errs, 1e-300).transpose(0, 1, 3, 2)  # (2, d, H, 2d-1)
-        Aw = A[None, :, None, :, :] / e[..., None]  # (2, d, H, 2d-1, d)
+        # w_{h,k} from ell in every block; v_h from gamma in block 1 only (the other blocks'
+        # v estimates are not needed: crosses label blocks by their w)
+        vals = np.concatenate([np.concatenate([lab_ell, link_ell[:, 1:]], axis=1),
+                               -np.concatenate([lab_gam[:1], link_gam[:1, 1:]], axis=1)])  # (d+1, 2d-1, H)
+        errs = np.concatenate([np.concatenate([lab_eell, link_eell[:, 1:]], axis=1),
+                               np.concatenate([lab_egam[:1], link_egam[:1, 1:]], axis=1)])
+        AA = np.concatenate([A, A[:1]])  # (d+1, 2d-1, d)
+        e = np.maximum(errs, 1e-300).transpose(0, 2, 1)  # (d+1, H, 2d-1)
+        Aw = AA[:, None, :, :] / e[..., None]  # (d+1, H, 2d-1, d)
         Qf, R = np.linalg.qr(Aw)
-        pinv = np.linalg.solve(R, Qf.swapaxes(-1, -2))  # (2, d, H, d, 2d-1)
-        sol = (pinv @ (vals.transpose(0, 1, 3, 2) / e)[..., None])[..., 0]  # (2, d, H, d)
+        pinv = np.linalg.solve(R, Qf.swapaxes(-1, -2))  # (d+1, H, d, 2d-1)
+        sol = (pinv @ (vals.transpose(0, 2, 1) / e)[..., None])[..., 0]  # (d+1, H, d)
         bnd = np.abs(pinv).sum(axis=-1)  # each scaled row error is at most 1
-        w[:], vk[:] = sol[0], sol[1]
-        ew[:], ev[:] = bnd[0], bnd[1]
+        w[:], vk[0] = sol[:d], sol[d]
+        ew[:], ev[0] = bnd[:d], bnd[d]
 
     # ---- crosses: label block k like block 1 ------------------------------------------------
     perm_k = np.zeros((d, H), dtype=int)
@@ -478,12 +481,8 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     Wm = np.empty((H, d, d), dtype=ell.dtype)
     for h in range(H):
         Wm[h] = solve(Q.T, Wcols[h].T).T
-    if robust:
-        vm = np.stack([sum(vk[k, perm_k[k, h]] for k in range(d)) / d for h in range(H)])
-        Ev = np.stack([sum(ev[k, perm_k[k, h]] for k in range(d)) / d for h in range(H)])
-    else:
-        vm = vk[0]
-        Ev = ev[0]
+    vm = vk[0]
+    Ev = ev[0]
     # relative first-order bounds, in the Frobenius norms of param_error:
     # |dW_h| <= |dW_cols| |Q^{-1}| entrywise
     rel = []
@@ -574,8 +573,9 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
             configs[i] = (kd, k, j, uu[i], qq[i])
             xx[i] = qq[i] - uu[i]
         redo = np.array(sorted(affected))
+        full = copies_sequences(xx[redo], qq[redo], ts[-1])
         for it, t in enumerate(ts):
-            F[redo, it] = ask(copies_sequences(xx[redo], qq[redo], t), f"redrawn configurations, t = {t}")
+            F[redo, it] = ask(full[:, : t + 1], f"redrawn configurations, t = {t}")
         spent += len(redo) * len(ts)
         names.extend(configs[i][0] + f"({configs[i][1] + 1},{configs[i][2] + 1})" for i in redo)
     if not ok_all.all():
