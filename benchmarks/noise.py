@@ -1,0 +1,267 @@
+"""Noise sweep for claim C8 (chapter 5): parameter error against the learner's own bound K*eps.
+
+    python benchmarks/noise.py                 # quick grid (20 trials per cell), prints the table
+    python benchmarks/noise.py --save          # full sweep (200 trials per cell) -> benchmarks/results/noise_sweep.json
+    python benchmarks/noise.py --trials 50     # any number of trials, printed only
+
+Settings: H in {1, 2, 3} x d in {2, 4, 8}; noise models UniformNoise(eps), GaussianNoise(eps / 5)
+(the learner is told eps = 5 sigma) and Float32Rounding() (told eps = 2**-24 max|F|, max|F|
+measured on a first pass). eps runs over 1e-14, 1e-13, ..., 1e-8, 1e-6, 1e-4, 1e-2 and the sweep of one setting stops at
+the first eps where every trial raises (breakdown). H = 1, 2 use the paper's query budget
+(robust=False); H = 3 uses robust=True, because with the paper's budget float64 raises in almost
+every trial at H = 3 (chapter 4's frontier).
+
+Trial s of setting (d, H): model seed 100_000 H + 1_000 d + s, learner seed s, noise seed s; the
+same models are used at every eps. For each trial the record holds the outcome ("ok" or the
+RecoveryError class), the measured parameter error against canonical(model), the learner's
+bound recovery.error_estimate = K * eps_used, eps_used = recovery.output_error, and the smallest
+matching margin (links and crosses). A *silent failure* is a returned model whose error exceeds
+its bound (safety factor 1). Deterministic: every number depends only on the seeds (BLAS is
+pinned to one thread).
+"""
+
+import os
+
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from attnlearn import (  # noqa: E402
+    Float32Rounding,
+    GaussianNoise,
+    MultiHeadAttention,
+    Oracle,
+    RecoveryError,
+    UniformNoise,
+    canonical,
+    learn,
+    param_error,
+)
+
+HS = (1, 2, 3)
+DS = (2, 4, 8)
+# every decade where H >= 2 breaks down, every second decade above
+EPS = (1e-14, 1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-6, 1e-4, 1e-2)
+NOISES = ("uniform", "gaussian", "float32")
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "noise_sweep.json")
+
+
+def random_model(d, H, seed):
+    """W_h entries N(0, 1/d), v_h entries N(0, 1) (as in chapters 4 and 6)."""
+    rng = np.random.default_rng(seed)
+    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+
+
+def robust_mode(H):
+    """The query budget used for H heads: the paper's for H <= 2, robust=True for H = 3."""
+    return H >= 3
+
+
+class _Recording(Oracle):
+    """An oracle that remembers the largest |answer| (to measure the float32 rounding level)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.ymax = 0.0
+
+    def batch(self, Xs):
+        y = super().batch(Xs)
+        self.ymax = max(self.ymax, float(np.max(np.abs(y))))
+        return y
+
+
+def _g(x):
+    """Four significant digits (JSON stays small; every stored check is on buckets of these)."""
+    return None if x is None or not np.isfinite(x) else float(f"{x:.4g}")
+
+
+def trial(d, H, noise, eps, s):
+    """One seeded learning run; returns the record described in the module docstring."""
+    model = random_model(d, H, 100_000 * H + 1_000 * d + s)
+    robust = robust_mode(H)
+    if noise == "float32":
+        # first pass: the output scale the learner's queries reach (noise-free, same seed)
+        probe = _Recording(model)
+        try:
+            learn(probe, d, heads=H, seed=s, robust=robust, holdout=32)
+        except RecoveryError:
+            pass
+        told = 2.0**-24 * probe.ymax * 1.25
+        nz = Float32Rounding()
+    elif noise == "uniform":
+        told, nz = eps, UniformNoise(eps)
+    else:
+        told, nz = eps, GaussianNoise(eps / 5)
+    oracle = Oracle(model, noise=nz, seed=s)
+    try:
+        rec = learn(oracle, d, heads=H, seed=s, robust=robust, output_error=told)
+    except RecoveryError as exc:
+        return {"o": type(exc).__name__, "t": _g(told)}
+    except Warning as w:  # warnings are errors here (see _cell): recorded, never silent
+        return {"o": "warning: " + type(w).__name__, "t": _g(told)}
+    err = param_error(rec.model, canonical(model))
+    margins = [np.min(rec.diagnostics[k]) for k in ("link_margin", "cross_margin") if k in rec.diagnostics]
+    margin = float(min(margins)) if margins else float("inf")
+    # e is None when the error is infinite (a wrong head count): always a silent failure
+    return {"o": "ok", "t": _g(told), "h": rec.heads, "e": _g(err), "b": _g(rec.error_estimate), "u": _g(rec.output_error),
+            "m": _g(margin)}
+
+
+def _cell(args):
+    d, H, noise, eps, seeds = args
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would be a bug: surface it
+        return [trial(d, H, noise, eps, s) for s in seeds]
+
+
+def silent(r):
+    """A returned model outside its own bound (or with the wrong head count: error None = inf)."""
+    return r["o"] == "ok" and (r["e"] is None or r["e"] > r["b"])
+
+
+def ratio_of(r):
+    return float("inf") if r["e"] is None else r["e"] / r["b"]
+
+
+def summarise(recs):
+    ok = [r for r in recs if r["o"] == "ok"]
+    good = [r for r in ok if r["e"] is not None]
+    ratio = [ratio_of(r) for r in good]
+    return {
+        "trials": len(recs),
+        "returned": len(ok),
+        "raised": len(recs) - len(ok),
+        "silent": sum(silent(r) for r in ok),
+        "wrong_heads": len(ok) - len(good),
+        "median_error": _g(float(np.median([r["e"] for r in good]))) if good else None,
+        "median_ratio": _g(float(np.median(ratio))) if ratio else None,
+        # over the returned models with the right head count (the others: "wrong_heads")
+        "max_ratio": _g(max(ratio_of(r) for r in good)) if good else None,
+    }
+
+
+def slope(cells):
+    """Least-squares slope of log10(median error) against log10(eps) over the cells where at least
+    half the trials returned (below the threshold). The median is over one fixed population, the
+    trials that returned in all of those cells: near the threshold the ill-conditioned trials raise,
+    and a median over the survivors alone would bend the curve down. None with fewer than 2 cells
+    or fewer than 10 such trials."""
+    use = [c for c in cells if c["summary"]["returned"] >= c["summary"]["trials"] / 2]
+    if len(use) < 2:
+        return None
+    keep = [s for s in range(len(use[0]["records"]))
+            if all(c["records"][s]["o"] == "ok" and c["records"][s]["e"] is not None for c in use)]
+    if len(keep) < 10:
+        return None
+    x = np.log10([c["eps"] for c in use])
+    y = np.log10([np.median([c["records"][s]["e"] for s in keep]) for c in use])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def threshold(cells):
+    """Breakdown threshold: the smallest eps of the grid where fewer than half the trials return."""
+    for c in cells:
+        if c["summary"]["returned"] < c["summary"]["trials"] / 2:
+            return c["eps"]
+    return None
+
+
+def sweep(trials, hs=HS, ds=DS, noises=NOISES, eps_grid=EPS, processes=2, verbose=True, path=None):
+    seeds = list(range(trials))
+    chunks = [seeds[i::processes] for i in range(processes)] if processes > 1 else [seeds]
+    out = {"trials": trials, "eps_grid": list(eps_grid), "settings": []}
+    pool = multiprocessing.get_context("fork").Pool(processes) if processes > 1 else None
+    try:
+        for H in hs:
+            for d in ds:
+                for noise in noises:
+                    grid = [None] if noise == "float32" else list(eps_grid)
+                    cells = []
+                    for eps in grid:
+                        jobs = [(d, H, noise, eps, ch) for ch in chunks]
+                        parts = pool.map(_cell, jobs) if pool else [_cell(j) for j in jobs]
+                        recs = [None] * trials
+                        for ch, part in zip(chunks, parts):
+                            for s, r in zip(ch, part):
+                                recs[s] = r
+                        summ = summarise(recs)
+                        cells.append({"eps": eps, "summary": summ, "records": recs})
+                        if summ["returned"] == 0:
+                            break  # breakdown: larger eps raise too
+                    st = {"d": d, "H": H, "noise": noise, "robust": robust_mode(H), "cells": cells}
+                    if noise != "float32":
+                        st["slope"] = _g(slope(cells))
+                        st["slope_points"] = sum(c["summary"]["returned"] >= c["summary"]["trials"] / 2 for c in cells)
+                        st["threshold"] = threshold(cells)
+                    out["settings"].append(st)
+                    if verbose:
+                        report(st)
+                    if path:  # partial results survive an interrupted run
+                        _write(out, path)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    allok = [r for st in out["settings"] for c in st["cells"] for r in c["records"] if r["o"] == "ok"]
+    out["total"] = {
+        "trials": sum(len(c["records"]) for st in out["settings"] for c in st["cells"]),
+        "returned": len(allok),
+        "silent": sum(silent(r) for r in allok),
+        "wrong_heads": sum(r["e"] is None for r in allok),
+        "max_ratio": _g(max((ratio_of(r) for r in allok if r["e"] is not None), default=float("nan"))),
+    }
+    return out
+
+
+def _write(out, path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(out, fh, separators=(",", ":"), allow_nan=False)
+        fh.write("\n")
+    os.replace(tmp, path)  # readers never see a half-written file
+
+
+def report(st):
+    mode = "robust" if st["robust"] else "paper"
+    head = f"H={st['H']} d={st['d']} {st['noise']:<8} ({mode})"
+    for c in st["cells"]:
+        s = c["summary"]
+        eps = "2^-24|F|" if c["eps"] is None else f"{c['eps']:.0e}"
+        med = "-" if s["median_ratio"] is None else f"{s['median_ratio']:.1e}"
+        mx = "-" if s["max_ratio"] is None else f"{s['max_ratio']:.1e}"
+        print(f"{head}  eps={eps:>9}  returned {s['returned']:>3}/{s['trials']:<3}  err/(K eps): median {med:>8}"
+              f"  max {mx:>8}  silent {s['silent']} (wrong head count {s['wrong_heads']})", flush=True)
+    if st["noise"] != "float32":
+        sl = "n/a" if st["slope"] is None else f"{st['slope']:.2f}"
+        th = "none on the grid" if st["threshold"] is None else f"{st['threshold']:.0e}"
+        print(f"{head}  slope {sl}, threshold {th}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--save", action="store_true", help=f"full sweep (200 trials) and write {PATH}")
+    ap.add_argument("--trials", type=int, default=None, help="trials per cell (default 20; 200 with --save)")
+    ap.add_argument("--processes", type=int, default=2, help="worker processes (results do not depend on it)")
+    args = ap.parse_args()
+    trials = args.trials or (200 if args.save else 20)
+    t0 = time.perf_counter()
+    out = sweep(trials, processes=args.processes, path=PATH if args.save else None)
+    tot = out["total"]
+    print(f"\ntotal: {tot['trials']} trials, {tot['returned']} returned, silent failures {tot['silent']} "
+          f"(of which wrong head count {tot['wrong_heads']}), max err/(K eps) over the others {tot['max_ratio']}")
+    print(f"wall time: {time.perf_counter() - t0:.0f} s")
+    if args.save:
+        _write(out, PATH)
+        print(f"wrote {PATH}")
+
+
+if __name__ == "__main__":
+    main()
