@@ -5,6 +5,7 @@ both come from one execution, so a figure edited by hand in the stored notebook 
 nbval (strict) then checks that re-executing the notebook reproduces the stored outputs.
 """
 
+import ast
 import copy
 import json
 import re
@@ -14,7 +15,7 @@ import pytest
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 ROW = re.compile(r"^\|\s*(C\d)\s*\|")
-GLUE = re.compile(r"\{glue\}`([^`:]+)::([a-z0-9_]+)`")
+GLUE = re.compile(r"\{glue:text\}`([^`:]+)::([a-z0-9_]+):s`")
 
 
 def ledger_rows(text):
@@ -37,8 +38,9 @@ def glued(nb, key):
             if scrap.get("name") == key:
                 prefix = scrap.get("mime_prefix", "")
                 data = out["data"]
-                text = data.get(prefix + "text/markdown", data.get(prefix + "text/plain", ""))
+                text = data.get(prefix + "text/plain", "")
                 text = "".join(text) if isinstance(text, list) else text
+                text = ast.literal_eval(text) if text and text[0] in "'\"" else text  # the repr of a str
                 stdout = "".join(
                     "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
                     for o in cell["outputs"]
@@ -105,7 +107,7 @@ def test_a_hand_edited_figure_is_caught():
         for out in cell.get("outputs", []):
             scrap = out.get("metadata", {}).get("scrapbook", {})
             if scrap.get("name") == key:
-                out["data"][scrap["mime_prefix"] + "text/markdown"] = "max exact-mode error 1.0e-99 (edited by hand)"
+                out["data"][scrap["mime_prefix"] + "text/plain"] = "'max exact-mode error 1.0e-99 (edited by hand)'"
 
     def load(p):
         return nb if p == path else _load(p)
