@@ -10,10 +10,10 @@ import numpy as np
 
 from ._arith import norm, solve, to_float, to_mp
 from .canonical import canonical
-from .errors import CheckFailedError, IllConditionedError, InconsistentHeadCountError, NotIdentifiableError
+from .errors import CheckFailedError, IllConditionedError, NotIdentifiableError
 from .matching import match_candidates
 from .model import MultiHeadAttention
-from .rational import copies_sequences, fit_checked, fit_min_degree
+from .rational import check_residuals, copies_sequences, fit_checked, fit_min_degree
 
 __all__ = ["learn", "Recovery", "query_budget"]
 
@@ -222,7 +222,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     F00 = np.stack([ask(copies_sequences(conv(q[0] - u00)[None], q[0][None], t), "configuration base(1,1)")
                     for t in ts], axis=1)
     labels00 = ["base(1,1)"]
-    tol_probe, _ = _tolerances(F00, None, exact, output_error, eps64, oracle)
+    tol_probe, _ = _tolerances(F00, exact, output_error, eps64, oracle)
     kstar, fit00 = fit_min_degree(ts, F00 - c0, n, tol=tol_probe[0], labels=labels00, method=method)
     L = float(np.max(np.abs(to_float(fit00.ell)))) if kstar else 0.0
     f = spread / L if L > 0 else 1.0
@@ -288,7 +288,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     blk = np.array([c[1] for c in configs])
     kind = np.array([c[0] for c in configs])
     in_block0 = (blk == 0) & (kind != "cross")
-    tol, eps_out = _tolerances(F, None, exact, output_error, eps64, oracle)
+    tol, eps_out = _tolerances(F, exact, output_error, eps64, oracle)
     cvals = np.empty(C, dtype=object if exact else float)
     cerr = np.zeros(C)  # error bound of each constant
     cvals[in_block0] = c0
@@ -297,7 +297,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     idx0 = np.nonzero(in_block0)[0]
     if pre is not None:
         fit_b0 = _subset(pre, idx0)
-        _residual_check(fit_b0, tol, len(ts), kstar, [labels[i] for i in idx0])
+        check_residuals(fit_b0, tol, len(ts), kstar, labels=[labels[i] for i in idx0])
     else:
         fit_b0 = fit_checked(ts, F[idx0] - c0, kstar, tol=tol, labels=[labels[i] for i in idx0], method=method)
     base0 = [i for i in idx0 if kind[i] == "base"]
@@ -334,7 +334,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
             calib = _calibrate_constants(ts, F, cvals, cerr, index, d, kstar, eps_out, method, labels)
         if pre is not None:
             fit_rest = _subset(pre, rest)
-            _residual_check(fit_rest, tol + 30 * np.sqrt(m) * cerr[rest], m, kstar, [labels[i] for i in rest])
+            check_residuals(fit_rest, tol + 30 * np.sqrt(m) * cerr[rest], m, kstar, labels=[labels[i] for i in rest])
         else:
             fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
                                    labels=[labels[i] for i in rest], method=method)
@@ -527,17 +527,6 @@ def _subset(fit, idx):
     return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx])
 
 
-def _residual_check(fit, tol, m, k, labels):
-    res = np.asarray(fit.residual, dtype=float)
-    tol = np.broadcast_to(np.asarray(tol, dtype=float), res.shape)
-    if 2 * k < m and np.any(res > tol):
-        c = int(np.argmax(res > tol))
-        raise InconsistentHeadCountError(
-            f"{labels[c]} needs more than the {k} canonical heads found in the first configuration: refit "
-            f"residual {res[c]:.2e} > tol {tol[c]:.2e} (configurations disagree on the head count)"
-        )
-
-
 def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, oracle, rounds):
     """Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
 
@@ -722,7 +711,7 @@ def _scaled_err(err_ell, err_gam, sc, idx):
     return np.maximum(err_ell[idx] / sc[:, None, 0], err_gam[idx] / sc[:, None, 1]).max(axis=1)
 
 
-def _tolerances(F, _unused, exact, output_error, eps64, oracle):
+def _tolerances(F, exact, output_error, eps64, oracle):
     """Absolute output error eps (assumed or given) and the residual tolerance of the fits."""
     Fmax = float(np.abs(to_float(F)).max()) if F.size else 0.0
     if output_error is not None:

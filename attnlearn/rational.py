@@ -25,6 +25,7 @@ __all__ = [
     "fit_known_degree",
     "fit_min_degree",
     "fit_checked",
+    "check_residuals",
     "loewner_matrix",
     "jacobian",
 ]
@@ -489,10 +490,24 @@ def fit_checked(t, G, k, *, tol, labels=None, method="linearised"):
     InconsistentHeadCountError
     """
     G = np.asarray(G)
-    C, m = G.shape
     fit = fit_known_degree(t, G, k, method=method, labels=labels)
+    check_residuals(fit, tol, G.shape[1], k, labels=labels)
+    return fit
+
+
+def check_residuals(fit, tol, m, k, *, labels=None):
+    """Raise if a degree-``k`` fit from ``m`` samples leaves a residual above ``tol``.
+
+    Only meaningful when the samples overdetermine the fit (:math:`2k<m`); ``tol`` is a scalar
+    or one value per configuration. Used by :func:`fit_checked` and by the robust learner, whose
+    fits were made while redrawing.
+
+    Raises
+    ------
+    InconsistentHeadCountError
+    """
     res = np.array([float(r) for r in fit.residual])
-    tol = np.broadcast_to(np.asarray(tol, dtype=float), (C,))
+    tol = np.broadcast_to(np.asarray(tol, dtype=float), res.shape)
     if 2 * k < m and np.any(res > tol):
         c = int(np.argmax(res > tol))
         name = labels[c] if labels is not None else f"configuration {c}"
@@ -500,4 +515,3 @@ def fit_checked(t, G, k, *, tol, labels=None, method="linearised"):
             f"{name} needs more than the {k} canonical heads found in the first configuration: refit "
             f"residual {res[c]:.2e} > tol {tol[c]:.2e} (configurations disagree on the head count)"
         )
-    return fit
