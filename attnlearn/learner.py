@@ -8,7 +8,7 @@ import numbers
 import mpmath
 import numpy as np
 
-from ._arith import norm, solve, to_float, to_mp
+from ._arith import absmax, norm, solve, to_float, to_mp
 from .canonical import canonical
 from .errors import CheckFailedError, IllConditionedError, NotIdentifiableError
 from .matching import match_candidates
@@ -106,7 +106,7 @@ def learn(
     robust=False,
     output_error=None,
     holdout=None,
-    spread=1.0,
+    spread=None,
     method="linearised",
     redraw_rounds=4,
 ):
@@ -135,10 +135,12 @@ def learn(
     holdout : int, optional, keyword-only
         Number of held-out random queries used to check the result. Default 0 in exact
         mode (so the count is exactly the paper's) and 32 in float64.
-    spread : float, keyword-only
+    spread : float, optional, keyword-only
         Target for :math:`\max_h|\ell_h|`: after the first configuration the query
-        vectors are rescaled so that the pole positions spread about this much
-        (chapter 4 measures the choice).
+        vectors are rescaled so that the pole positions spread about this much. Default
+        1 in float64 (chapter 3 measures the choice) and 3 in exact mode, where the
+        oracle's rounding is far below float64's and wider-spread poles interpolate
+        better (chapter 4 measures it).
     method : {"linearised", "loewner"}, keyword-only
         float64 interpolation formulation (chapter 3 compares them).
     redraw_rounds : int, keyword-only
@@ -190,6 +192,8 @@ def learn(
         holdout = 0 if exact else 32
     if isinstance(holdout, bool) or not isinstance(holdout, numbers.Integral) or holdout < 0:
         raise ValueError(f"holdout must be a non-negative integer, got {holdout!r}")
+    if spread is None:
+        spread = 3.0 if oracle.exact else 1.0
     if not (np.isfinite(spread) and spread > 0):
         raise ValueError(f"spread must be a positive number, got {spread!r}")
     if exact:
@@ -314,30 +318,30 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     sens_b0 = np.asarray(fit_b0.sens)
     dF0 = eps_out + (np.max(sens_b0[:, 1, :].sum(axis=1)) * eps_out if kstar else 0.0)
     dV = X0inv_norm * dF0
-    for i in range(C):
-        if in_block0[i]:
-            continue
-        k = blk[i]
-        if kind[i] == "cross":
-            cvals[i] = cq[0] + cq[k]
-            cerr[i] = 2 * eps_out if robust else float(np.abs(to_float(qq[i])).sum()) * dV
-        else:
-            cvals[i] = cq[k]
-            cerr[i] = eps_out if robust else float(np.abs(to_float(q[k])).sum()) * dV
+    other = ~in_block0
+    is_cross = kind == "cross"
+    cvals[other] = cq[blk[other]]
+    cvals[is_cross] = cvals[is_cross] + cq[0]  # final token q_1 + q_k
+    if robust:
+        cerr[other] = np.where(is_cross[other], 2 * eps_out, eps_out)
+    else:
+        cerr[other] = np.abs(to_float(qq[other])).sum(axis=1) * dV
     rest = np.nonzero(~in_block0)[0]
     calib = None
     if len(rest):
         m = len(ts)
-        if not exact and not robust and kstar > 0 and d > 1:
-            # paper budget in float64: V^T q_k inherits V's error; re-estimate each block's
-            # constant from the link equations, which hold only at the true constant
-            calib = _calibrate_constants(ts, F, cvals, cerr, index, d, kstar, eps_out, method, labels)
+        if not robust and kstar > 0 and d > 1:
+            # paper budget: V^T q_k inherits V's error; re-estimate each block's constant
+            # from the link equations, which hold only at the true constant
+            calib = _calibrate_constants(ts, F, cvals, cerr, index, d, kstar, eps_out, method)
         if pre is not None:
             fit_rest = _subset(pre, rest)
             check_residuals(fit_rest, tol + 30 * np.sqrt(m) * cerr[rest], m, kstar, labels=[labels[i] for i in rest])
         else:
             fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
                                    labels=[labels[i] for i in rest], method=method)
+            if calib is not None:
+                _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, kstar, eps_out)
     H = kstar
     ell = np.empty((C, H), dtype=object if exact else float)
     gam = np.empty((C, H), dtype=object if exact else float)
@@ -378,7 +382,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         "condition": sens.reshape(C, -1).max(axis=1) if H else np.zeros(C),
         "scale": scale_info,
         "V": V,
-        "calibration": calib,
+        "calibration": None if calib is None else {k: calib[k] for k in ("steps", "change", "bound")},
     }
     queries = {"design": design_queries, "constants": const_queries, "redraws": redraw_queries, "holdout": 0}
     diagnostics["redrawn"] = redrawn
@@ -436,36 +440,19 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     vk = np.empty((d, H, d), dtype=ell.dtype)
     ew = np.zeros((d, H, d))  # componentwise first-order error bounds of w_{h,k}
     ev = np.zeros((d, H, d))
-    if exact or d == 1:
-        for k in range(d):
-            Uk = np.stack([U[k, j] for j in range(d)])  # rows u_{k,j}
-            # the paper's square solve on the base configurations
-            w[k] = solve(Uk, lab_ell[k]).T
-            vk[k] = -solve(Uk, lab_gam[k]).T
-            Uinv = np.abs(np.linalg.inv(to_float(Uk)))
-            ew[k] = (Uinv @ lab_eell[k]).T
-            ev[k] = (Uinv @ lab_egam[k]).T
-    else:
-        # float64: the links are d - 1 more equations (u_{k,1} + u_{k,j})^T w = ell_link;
-        # weighted least squares (each row scaled by its own error bound), batched over
-        # blocks, heads and the two unknowns (w from ell, v from gamma) with one QR each
-        Ub = U.astype(float)  # (k, j, :)
-        A = np.concatenate([Ub, Ub[:, :1, :] + Ub[:, 1:, :]], axis=1)  # (d, 2d - 1, d)
-        # w_{h,k} from ell in every block; v_h from gamma in block 1 only (the other blocks'
-        # v estimates are not needed: crosses label blocks by their w)
-        vals = np.concatenate([np.concatenate([lab_ell, link_ell[:, 1:]], axis=1),
-                               -np.concatenate([lab_gam[:1], link_gam[:1, 1:]], axis=1)])  # (d+1, 2d-1, H)
-        errs = np.concatenate([np.concatenate([lab_eell, link_eell[:, 1:]], axis=1),
-                               np.concatenate([lab_egam[:1], link_egam[:1, 1:]], axis=1)])
-        AA = np.concatenate([A, A[:1]])  # (d+1, 2d-1, d)
-        e = np.maximum(errs, 1e-300).transpose(0, 2, 1)  # (d+1, H, 2d-1)
-        Aw = AA[:, None, :, :] / e[..., None]  # (d+1, H, 2d-1, d)
-        Qf, R = np.linalg.qr(Aw)
-        pinv = np.linalg.solve(R, Qf.swapaxes(-1, -2))  # (d+1, H, d, 2d-1)
-        sol = (pinv @ (vals.transpose(0, 2, 1) / e)[..., None])[..., 0]  # (d+1, H, d)
-        bnd = np.abs(pinv).sum(axis=-1)  # each scaled row error is at most 1
-        w[:], vk[0] = sol[:d], sol[d]
-        ew[:], ev[0] = bnd[:d], bnd[d]
+    # the links are d - 1 more equations (u_{k,1} + u_{k,j})^T w = ell_link besides the
+    # paper's d base equations: weighted least squares (each row scaled by its own error
+    # bound, so an ill-conditioned configuration counts little), batched over blocks, heads
+    # and the two unknowns (w from ell in every block, v from gamma in block 1 only: the
+    # other blocks' v estimates are not needed, crosses label blocks by their w)
+    A = np.concatenate([U, U[:, :1, :] + U[:, 1:, :]], axis=1)  # (d, 2d - 1, d)
+    vals = np.concatenate([np.concatenate([lab_ell, link_ell[:, 1:]], axis=1),
+                           -np.concatenate([lab_gam[:1], link_gam[:1, 1:]], axis=1)])  # (d+1, 2d-1, H)
+    errs = np.concatenate([np.concatenate([lab_eell, link_eell[:, 1:]], axis=1),
+                           np.concatenate([lab_egam[:1], link_egam[:1, 1:]], axis=1)])
+    sol, bnd = _weighted_lstsq(np.concatenate([A, A[:1]]), vals, errs)  # (d+1, H, d) each
+    w[:], vk[0] = sol[:d], sol[d]
+    ew[:], ev[0] = bnd[:d], bnd[d]
 
     # ---- crosses: label block k like block 1 ------------------------------------------------
     perm_k = np.zeros((d, H), dtype=int)
@@ -491,6 +478,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=[labels[i] for i in cr])
         diagnostics["cross_residual"], diagnostics["cross_margin"] = mt.residual, mt.margin
         perm_k[1:] = mt.perm
+        cross_obs = mt.observed
 
     # ---- assemble W_h = [w_{h,1} ... w_{h,d}] Q^{-1} -------------------------------------------
     Wcols = np.empty((H, d, d), dtype=ell.dtype)  # [h, :, k]
@@ -503,8 +491,13 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     Wm = np.empty((H, d, d), dtype=ell.dtype)
     for h in range(H):
         Wm[h] = solve(Q.T, Wcols[h].T).T
-    vm = vk[0]
-    Ev = ev[0]
+    if d > 1:
+        # every configuration's residues are equations -u^T v_h = gamma once its heads carry
+        # block 1's labels: d(2d-1) base and link rows plus d-1 crosses, weighted least squares
+        vm, Ev = _solve_v(U, lab_gam, lab_egam, link_gam, link_egam, perm_k,
+                          np.stack([uu[i] for i in cr]), gam[cr], err_gam[cr], cross_obs)
+    else:
+        vm, Ev = vk[0], ev[0]
     # relative first-order bounds, in the Frobenius norms of param_error:
     # |dW_h| <= |dW_cols| |Q^{-1}| entrywise
     rel = []
@@ -521,10 +514,66 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     return _finish(oracle, model, queries, max_length, eps_out, estimate, holdout, diagnostics, rng, f, exact)
 
 
+def _solve_v(U, lab_gam, lab_egam, link_gam, link_egam, perm_k, ucross, gcross, egcross, cross_obs):
+    r""":math:`v_h` from the residues of every configuration, :math:`\gamma=-u^\top v_h`.
+
+    Block :math:`k`'s heads are labelled like block 1 by ``perm_k`` (from the crosses);
+    rows: the base configurations :math:`u_{k,j}`, the links :math:`u_{k,1}+u_{k,j}`, the
+    crosses. Returns ``v`` and its componentwise error bounds, both (H, d).
+    """
+    d, _, H = lab_gam.shape
+    rows = np.concatenate([U, U[:, :1, :] + U[:, 1:, :]], axis=1).reshape(-1, d)  # block by block
+    g = np.concatenate([lab_gam, link_gam[:, 1:]], axis=1)  # (d, 2d-1, H) in block labels
+    eg = np.concatenate([lab_egam, link_egam[:, 1:]], axis=1)
+    kk = np.arange(d)[:, None, None]
+    jj = np.arange(2 * d - 1)[None, :, None]
+    g = g[kk, jj, perm_k[:, None, :]].reshape(-1, H)  # (d(2d-1), H) in block 1's labels
+    eg = eg[kk, jj, perm_k[:, None, :]].reshape(-1, H)
+    r_ = np.arange(len(ucross))[:, None]
+    gc, egc = gcross[r_, cross_obs], egcross[r_, cross_obs]
+    A = np.concatenate([rows, ucross])[None]
+    sol, bnd = _weighted_lstsq(A, -np.concatenate([g, gc])[None], np.concatenate([eg, egc])[None])
+    return sol[0], bnd[0]
+
+
+def _weighted_lstsq(A, vals, errs):
+    r"""Solve every :math:`A_b x = y_{b,h}` by least squares weighted by the rows' error bounds.
+
+    ``A`` (B, m, d); ``vals`` and ``errs`` (B, m, H). Returns the solutions and their
+    componentwise first-order error bounds, both (B, H, d): row :math:`i` is divided by
+    ``errs[b, i, h]``, so each scaled row has error at most 1 and the bound is the row sum
+    of :math:`|A_w^+|`. Batched QR in float64; mpmath QR per system in exact mode (the
+    weights and bounds stay float64: they only rank the rows).
+    """
+    e = np.maximum(errs, 1e-300).transpose(0, 2, 1)  # (B, H, m)
+    Aw = to_float(A)[:, None, :, :] / e[..., None]  # (B, H, m, d)
+    AwT = Aw.swapaxes(-1, -2)
+    # normal equations (batched BLAS products, several times faster than batched QR here);
+    # the rows u are random, so A_w is well conditioned, and one step of iterative
+    # refinement below recovers the accuracy of QR (tests/test_learner.py compares)
+    pinv = np.linalg.solve(AwT @ Aw, AwT)  # (B, H, d, m)
+    bnd = np.abs(pinv).sum(axis=-1)
+    if vals.dtype != object:
+        b = vals.transpose(0, 2, 1) / e
+        sol = (pinv @ b[..., None])[..., 0]
+        sol += (pinv @ (b - (Aw @ sol[..., None])[..., 0])[..., None])[..., 0]
+        return sol, bnd
+    B, m, H = vals.shape
+    sol = np.empty((B, H, A.shape[2]), dtype=object)
+    for b in range(B):
+        for h in range(H):
+            wgt = [1 / mpmath.mpf(float(x)) for x in e[b, h]]
+            Am = mpmath.matrix([[A[b, i, j] * wgt[i] for j in range(A.shape[2])] for i in range(m)])
+            ym = mpmath.matrix([vals[b, i, h] * wgt[i] for i in range(m)])
+            x = mpmath.lu_solve(Am, ym) if m == A.shape[2] else mpmath.qr_solve(Am, ym)[0]
+            sol[b, h] = [x[j] for j in range(A.shape[2])]
+    return sol, bnd
+
+
 def _subset(fit, idx):
     from .rational import RationalFit
 
-    return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx])
+    return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx], fit.shift[idx])
 
 
 def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, oracle, rounds):
@@ -598,74 +647,139 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
     return spent, names, fit_all
 
 
-def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method, labels, rounds=4):
-    r"""Refine :math:`c_k=V^\top q_k` for blocks :math:`k\ge2` from their link equations (float64).
+def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method):
+    r"""Refine :math:`c_k=V^\top q_k` for blocks :math:`k\ge2` from their link equations.
 
     Within block :math:`k` every configuration has the same constant. At the true constant
     the link configuration's set equals the pairwise sums of its two base sets; a wrong
     constant :math:`c_k+\delta` moves each fitted :math:`(\ell,\gamma)` by
-    :math:`-\delta J^{-1}\mathbf 1` to first order, so the link mismatch is linear in
-    :math:`\delta` and one least-squares step per round removes it. No query is spent.
-    Crosses use :math:`c_1+c_k`. Updates ``cvals`` and ``cerr`` in place; returns a summary.
-    """
-    from .rational import _pinv_small, fit_known_degree, jacobian
+    :math:`-\delta J^{+}\mathbf 1` to first order (``RationalFit.shift``), so the link
+    mismatch is linear in :math:`\delta` and a weighted least-squares step (a Newton step)
+    removes it. No query is spent. The derived constant's error is the error of :math:`V`
+    times :math:`|q_k|_1`, amplified a second time by the interpolation; the calibrated
+    one is limited by the links' own noise. In float64 and in exact mode alike.
 
-    blocks = list(range(1, d))
-    members = {k: [index[("base", k, j)] for j in range(d)] + [index[("link", k, j)] for j in range(1, d)]
-               for k in blocks}
-    allidx = np.array([i for k in blocks for i in members[k]])
-    start = {k: float(cvals[index[("base", k, 0)]]) for k in blocks}
-    c = dict(start)
-    perm = obs = None
-    steps = []
-    for _ in range(rounds):
-        G = F[allidx] - np.array([c[k] for k in blocks for _ in members[k]])[:, None]
-        fit = fit_known_degree(ts, G, H, method=method)
-        J = jacobian(ts, fit.ell, fit.gamma)
-        Jinv = _pinv_small(J)
-        shift = -Jinv.sum(axis=2)  # d(ell, gamma)/dc, shape (C, 2H)
-        absrow = np.abs(Jinv).sum(axis=2)
-        pos = {i: p for p, i in enumerate(allidx)}
-        ref = [pos[index[("base", k, 0)]] for k in blocks for j in range(1, d)]
-        oth = [pos[index[("base", k, j)]] for k in blocks for j in range(1, d)]
-        lnk = [pos[index[("link", k, j)]] for k in blocks for j in range(1, d)]
-        ell, gam = fit.ell, fit.gamma
-        if perm is None:
-            P = np.stack([ell[ref][:, :, None] + ell[oth][:, None, :], gam[ref][:, :, None] + gam[oth][:, None, :]], axis=3)
-            O = np.stack([ell[lnk], gam[lnk]], axis=2)
-            mt = match_candidates(P, O, _scales(O))
-            perm, obs = mt.perm, mt.observed
-        r_ = np.arange(len(ref))[:, None]
-        a_ = np.arange(H)[None, :]
-        sc = _scales(np.stack([ell[lnk], gam[lnk]], axis=2))  # (L, 2)
-        res, der, err = [], [], []
-        for comp, (val, off) in enumerate(((ell, 0), (gam, H))):
-            rr = val[lnk][r_, obs] - val[ref][r_, a_] - val[oth][r_, perm]
-            dd = shift[lnk][:, off:off + H][r_, obs] - shift[ref][:, off:off + H][r_, a_] - shift[oth][:, off:off + H][r_, perm]
-            ee = (absrow[lnk][:, off:off + H][r_, obs] + absrow[ref][:, off:off + H][r_, a_]
-                  + absrow[oth][:, off:off + H][r_, perm]) * eps_out
-            res.append(rr / sc[:, comp:comp + 1])
-            der.append(dd / sc[:, comp:comp + 1])
-            err.append(ee / sc[:, comp:comp + 1])
-        res = np.concatenate(res, axis=1).reshape(len(blocks), -1)
-        der = np.concatenate(der, axis=1).reshape(len(blocks), -1)
-        err = np.concatenate(err, axis=1).reshape(len(blocks), -1)
-        # weighted least squares: each link equation counts by the inverse of its error bound
-        wgt = 1.0 / np.maximum(err, 1e-300) ** 2
-        dd2 = (wgt * der**2).sum(axis=1)
-        delta = -(wgt * res * der).sum(axis=1) / dd2
-        bound = (wgt * np.abs(der) * err).sum(axis=1) / dd2  # first-order error of the estimate
-        for b, k in enumerate(blocks):
-            c[k] += delta[b]
-        steps.append(float(np.max(np.abs(delta))))
-    for b, k in enumerate(blocks):
-        for i in members[k]:
-            cvals[i] = c[k]
-            cerr[i] = 3 * bound[b]
+    This function makes the first Newton step from a fit at the derived constants; the
+    learner refits at the new constants and :func:`_calibrate_polish` makes the second
+    step on that fit (to first order, without another fit: Newton's error after one step
+    is already of second order). Updates ``cvals`` and ``cerr`` in place (crosses use
+    :math:`c_1+c_k`); returns a summary that :func:`_calibrate_polish` extends.
+    """
+    from .rational import fit_known_degree, fit_masked
+
+    lay = _link_layout(index, d)
+    start = cvals[lay["first"]].copy()
+    G = F[lay["all"]] - np.repeat(start, 2 * d - 1)[:, None]
+    if G.dtype == object:
+        fit, ok = fit_known_degree(ts, G, H, method=method), np.ones(len(G), dtype=bool)
+    else:
+        # a constant still off by V's error can make a fit fail (complex poles): such a
+        # configuration's link equations get no weight; the final fit checks them all
+        fit, ok = fit_masked(ts, G, H, method=method)
+    delta, bound, perm, obs = _link_newton(fit, ok, lay, H, eps_out)
+    _apply_constants(cvals, cerr, index, d, start + delta, bound, eps_out)
+    return {"steps": [absmax(delta)], "change": to_float(delta), "bound": 3 * bound, "perm": perm, "obs": obs,
+            "layout": lay}
+
+
+def _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, H, eps_out):
+    r"""Second Newton step of :func:`_calibrate_constants`, on the learner's final fit of the
+    configurations ``rest`` (every block but the first, and the crosses): the constants and
+    the fitted :math:`(\ell,\gamma)` are moved to first order. Updates everything in place."""
+    lay = calib["layout"]
+    where = {i: p for p, i in enumerate(rest)}
+    rows = np.array([where[i] for i in lay["all"]])
+    sub = _subset(fit_rest, rows)
+    delta, bound, _, _ = _link_newton(sub, np.ones(len(rows), dtype=bool), lay, H, eps_out, calib["perm"], calib["obs"])
+    per_config = np.repeat(delta, 2 * d - 1)
+    cross_rows = np.array([where[index[("cross", k, 0)]] for k in range(1, d)])
+    rows = np.concatenate([rows, cross_rows])
+    per_config = np.concatenate([per_config, delta])
+    fit_rest.ell[rows] = fit_rest.ell[rows] + per_config[:, None] * fit_rest.shift[rows, 0]
+    fit_rest.gamma[rows] = fit_rest.gamma[rows] + per_config[:, None] * fit_rest.shift[rows, 1]
+    _apply_constants(cvals, cerr, index, d, cvals[lay["first"]] + delta, bound, eps_out)
+    calib["steps"].append(absmax(delta))
+    calib["change"] = calib["change"] + to_float(delta)
+    calib["bound"] = 3 * bound
+
+
+def _link_layout(index, d):
+    """Index arrays of the blocks k >= 2: their configurations block by block (``all``, 2d - 1
+    each: d base then d - 1 links), the first base of each (``first``), and for every link
+    its positions in ``all``: reference base (k,1), other base (k,j), link (k,j)."""
+    blocks = range(1, d)
+    members = [[index[("base", k, j)] for j in range(d)] + [index[("link", k, j)] for j in range(1, d)] for k in blocks]
+    allidx = np.array([i for m in members for i in m])
+    pos = {i: p for p, i in enumerate(allidx)}
+    return {
+        "all": allidx,
+        "first": np.array([index[("base", k, 0)] for k in blocks]),
+        "ref": [pos[index[("base", k, 0)]] for k in blocks for j in range(1, d)],
+        "oth": [pos[index[("base", k, j)]] for k in blocks for j in range(1, d)],
+        "lnk": [pos[index[("link", k, j)]] for k in blocks for j in range(1, d)],
+        "blocks": d - 1,
+    }
+
+
+def _link_newton(fit, ok, lay, H, eps_out, perm=None, obs=None):
+    """One weighted least-squares Newton step on each block's constant from its link mismatches.
+
+    Returns ``(delta, bound, perm, obs)``: the step per block, its first-order error bound,
+    and the link pairing used (computed here unless given).
+    """
+    ref, oth, lnk = lay["ref"], lay["oth"], lay["lnk"]
+    nb = lay["blocks"]
+    ell, gam = fit.ell, fit.gamma
+    usable = np.ones(len(lnk), dtype=bool)
+    if perm is None:
+        P = np.stack([ell[ref][:, :, None] + ell[oth][:, None, :], gam[ref][:, :, None] + gam[oth][:, None, :]], axis=3)
+        O = np.stack([ell[lnk], gam[lnk]], axis=2)
+        mt = match_candidates(P, O, _scales(O))
+        perm, obs = mt.perm, mt.observed
+        usable = np.isfinite(mt.residual)  # each observed point used once
+    good = usable & ok[ref] & ok[oth] & ok[lnk]  # (L,)
+    r_ = np.arange(len(ref))[:, None]
+    a_ = np.arange(H)[None, :]
+    sc = _scales(np.stack([ell[lnk], gam[lnk]], axis=2))  # (L, 2)
+    res, der, err = [], [], []
+    for comp, val in enumerate((ell, gam)):
+        sh, ab = fit.shift[:, comp], fit.sens[:, comp]
+        rr = val[lnk][r_, obs] - val[ref][r_, a_] - val[oth][r_, perm]
+        dd = sh[lnk][r_, obs] - sh[ref][r_, a_] - sh[oth][r_, perm]
+        ee = (ab[lnk][r_, obs] + ab[ref][r_, a_] + ab[oth][r_, perm]) * eps_out
+        res.append(rr / sc[:, comp:comp + 1])
+        der.append(dd / sc[:, comp:comp + 1])
+        err.append(ee / sc[:, comp:comp + 1])
+    res = np.concatenate(res, axis=1).reshape(nb, -1)
+    der = np.concatenate(der, axis=1).reshape(nb, -1)
+    err = np.concatenate(err, axis=1).reshape(nb, -1)
+    # weighted least squares: each link equation counts by the inverse of its error bound
+    mask = np.repeat(good, 2 * H).reshape(nb, -1)
+    wgt = np.where(mask, 1.0 / np.maximum(err, 1e-150) ** 2, 0.0)  # floor: the square stays finite
+    res = np.where(mask, res, 0)
+    der = np.where(mask, der, 0.0)
+    dd2 = (wgt * der**2).sum(axis=1)
+    keep = dd2 > 0  # a block with no usable link keeps its constant
+    dd2 = np.where(keep, dd2, 1.0)
+    delta = np.where(keep, -(wgt * der * res).sum(axis=1) / dd2, 0)
+    bound = np.where(keep, (wgt * np.abs(der) * err).sum(axis=1) / dd2, np.inf)  # first-order error
+    return delta, bound, perm, obs
+
+
+def _apply_constants(cvals, cerr, index, d, c, bound, eps_out):
+    """Set every block k >= 2 configuration's constant to c[k-1] (crosses: c_1 + c_k)."""
+    for b, k in enumerate(range(1, d)):
+        if not np.isfinite(bound[b]):
+            continue
+        for j in range(d):
+            cvals[index[("base", k, j)]] = c[b]
+            cerr[index[("base", k, j)]] = 3 * bound[b]
+        for j in range(1, d):
+            cvals[index[("link", k, j)]] = c[b]
+            cerr[index[("link", k, j)]] = 3 * bound[b]
         ic = index[("cross", k, 0)]
-        cvals[ic] = cvals[index[("base", 0, 0)]] + c[k]
+        cvals[ic] = cvals[index[("base", 0, 0)]] + c[b]
         cerr[ic] = eps_out + 3 * bound[b]
-    return {"steps": steps, "change": np.array([c[k] - start[k] for k in blocks]), "bound": 3 * bound}
 
 
 def _check_significant(ell, gam, err_ell, err_gam, labels, S):

@@ -47,7 +47,10 @@ def copies_sequences(x, q, t):
     """
     x = np.asarray(x)
     q = np.asarray(q)
-    return np.concatenate([x[:, None, :], np.repeat(q[:, None, :], t, axis=1)], axis=1)
+    out = np.empty((x.shape[0], t + 1, x.shape[1]), dtype=np.result_type(x, q))
+    out[:, 0] = x
+    out[:, 1:] = q[:, None, :]  # broadcast: one pass over the output
+    return out
 
 
 class RationalFit:
@@ -63,13 +66,18 @@ class RationalFit:
         error (row sums of :math:`|J^{-1}|`, :func:`jacobian`).
     residual : array, shape (C,)
         Largest refit residual :math:`|G(t_i)-\sum_h\gamma_h/(1+\rho_h t_i)|`.
+    shift : array, shape (C, 2, n), float64
+        First-order change of :math:`(\ell,\gamma)` per unit increase of the subtracted
+        constant :math:`c` in :math:`G=F-c`, i.e. :math:`-J^{+}\mathbf 1` (used to calibrate
+        the block constants from the links, chapter 4).
     """
 
-    def __init__(self, ell, gamma, sens, residual):
+    def __init__(self, ell, gamma, sens, residual, shift=None):
         self.ell = ell
         self.gamma = gamma
         self.sens = sens
         self.residual = residual
+        self.shift = np.zeros(np.shape(sens)) if shift is None else shift
 
     @property
     def n(self):
@@ -178,9 +186,11 @@ def _finish_float(t, G, ell, gamma):
     absrows = np.abs(Jinv).sum(axis=2)  # (C, 2n)
     n = ell.shape[1]
     sens = np.stack([absrows[:, :n], absrows[:, n:]], axis=1)
+    sh = -Jinv.sum(axis=2)
+    shift = np.stack([sh[:, :n], sh[:, n:]], axis=1)
     model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * np.asarray(t, float)[None, :, None])).sum(axis=2)
     residual = np.max(np.abs(G - model), axis=1) if G.shape[1] else np.zeros(len(G))
-    return RationalFit(ell, gamma, sens, residual)
+    return RationalFit(ell, gamma, sens, residual, shift)
 
 
 def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
@@ -328,6 +338,23 @@ def _fit_mp_one(t, G, n, label):
     B = mpmath.matrix([[1 / (1 + r * mpmath.mpf(int(ti))) for r in rho] for ti in t])
     gamma, _ = mpmath.qr_solve(B, b)
     gamma = [gamma[h] for h in range(n)]
+    if m > 2 * n:
+        # overdetermined: the linearised solution weights sample i by Q(t_i), which grows
+        # like t_i^n; Gauss-Newton steps move it to the least-squares fit in (ell, gamma),
+        # whose first-order sensitivity is the J^+ reported below (used by the learner)
+        ell = [mpmath.log(r) for r in rho]
+        tt = [mpmath.mpf(int(ti)) for ti in t]
+        for _ in range(3):
+            rho = [mpmath.exp(e) for e in ell]
+            J = mpmath.matrix([[-gamma[h] * rho[h] * ti / (1 + rho[h] * ti) ** 2 for h in range(n)]
+                               + [1 / (1 + rho[h] * ti) for h in range(n)] for ti in tt])
+            r = mpmath.matrix([G[i] - mpmath.fsum(gamma[h] / (1 + rho[h] * tt[i]) for h in range(n)) for i in range(m)])
+            step, _ = mpmath.qr_solve(J, r)
+            ell = [ell[h] + step[h] for h in range(n)]
+            gamma = [gamma[h] + step[n + h] for h in range(n)]
+        order = sorted(range(n), key=lambda h: ell[h])
+        rho = [mpmath.exp(ell[h]) for h in order]
+        gamma = [gamma[h] for h in order]
     resid = max(abs(G[i] - mpmath.fsum(gamma[h] / (1 + rho[h] * t[i]) for h in range(n))) for i in range(m))
     return [mpmath.log(r) for r in rho], gamma, resid
 
@@ -343,6 +370,7 @@ def _fit_mp(t, G, n, labels=None):
         ell[c, :], gamma[c, :], residual[c] = e, g, r
     # sensitivities (rows of |J^+|), computed in mpmath: J can be singular to float64 at large n
     sens = np.zeros((C, 2, n))
+    shift = np.zeros((C, 2, n))
     for c in range(C):
         if n == 0:
             break
@@ -355,8 +383,10 @@ def _fit_mp(t, G, n, labels=None):
         J = mpmath.matrix(rows)
         Jp = J**-1 if len(t) == 2 * n else (J.T * J) ** -1 * J.T
         absrow = [float(mpmath.fsum(abs(Jp[i, j]) for j in range(len(t)))) for i in range(2 * n)]
+        sh = [-float(mpmath.fsum(Jp[i, j] for j in range(len(t)))) for i in range(2 * n)]
         sens[c, 0], sens[c, 1] = absrow[:n], absrow[n:]
-    return RationalFit(ell, gamma, sens, residual)
+        shift[c, 0], shift[c, 1] = sh[:n], sh[n:]
+    return RationalFit(ell, gamma, sens, residual, shift)
 
 
 # ----------------------------------------------------------------------------- API
