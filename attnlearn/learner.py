@@ -4,6 +4,7 @@ Used in: chapter 4 (introduced, with the exact counts), chapters 5 and 6.
 """
 
 import numbers
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -13,7 +14,7 @@ from .canonical import canonical
 from .errors import CheckFailedError, IllConditionedError, NotIdentifiableError
 from .matching import match_candidates
 from .model import MultiHeadAttention
-from .rational import check_residuals, copies_sequences, fit_checked, fit_min_degree
+from .rational import check_residuals, copies_sequences, fit_checked, fit_min_degree, ratio_nodes
 
 __all__ = ["learn", "Recovery", "query_budget"]
 
@@ -109,6 +110,7 @@ def learn(
     spread=None,
     method="linearised",
     redraw_rounds=4,
+    nodes=None,
 ):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
@@ -138,15 +140,23 @@ def learn(
     spread : float, optional, keyword-only
         Target for :math:`\max_h|\ell_h|`: after the first configuration the query
         vectors are rescaled so that the pole positions spread about this much. Default
-        1 in float64 (chapter 3 measures the choice) and 3 in exact mode, where the
-        oracle's rounding is far below float64's and wider-spread poles interpolate
-        better (chapter 4 measures it).
+        3 in exact mode, where the oracle's rounding is far below float64's and
+        wider-spread poles interpolate better; in float64 1 with the paper's nodes and 2
+        with ``nodes="ratios"``, which see poles on both sides of :math:`\ell=0`
+        (chapters 3 and 4 measure the choices).
     method : {"linearised", "loewner"}, keyword-only
         float64 interpolation formulation (chapter 3 compares them).
     redraw_rounds : int, keyword-only
         Robust mode: how many times ill-conditioned configurations are redrawn (each
         redraw costs :math:`2n` queries per configuration, reported in
-        ``recovery.queries["redraws"]``).
+        ``recovery.queries["redraws"]``, with one query per redrawn block constant).
+    nodes : {"copies", "ratios"}, optional, keyword-only
+        The :math:`2n` queries of a configuration: the paper's :math:`S(x,q,t)`,
+        :math:`t=1..2n` (``"copies"``, the default, exactly the paper's count and lengths),
+        or :math:`s` copies of :math:`x` then :math:`t` of :math:`q` at the ratios
+        :math:`t/s` of :func:`attnlearn.rational.ratio_nodes` (``"ratios"``, the default
+        with ``robust=True``): the same number of queries, none longer, far better
+        conditioned (chapter 3).
 
     Returns
     -------
@@ -192,25 +202,48 @@ def learn(
         holdout = 0 if exact else 32
     if isinstance(holdout, bool) or not isinstance(holdout, numbers.Integral) or holdout < 0:
         raise ValueError(f"holdout must be a non-negative integer, got {holdout!r}")
+    if nodes is None:
+        nodes = "ratios" if robust else "copies"
+    if nodes not in ("copies", "ratios"):
+        raise ValueError(f'nodes must be "copies" or "ratios", got {nodes!r}')
     if spread is None:
-        spread = 3.0 if oracle.exact else 1.0
+        spread = 3.0 if oracle.exact else (2.0 if nodes == "ratios" else 1.0)
     if not (np.isfinite(spread) and spread > 0):
         raise ValueError(f"spread must be a positive number, got {spread!r}")
     if exact:
         # guard digits: the learner's own rounding stays below the oracle's (DESIGN §5)
         with mpmath.workdps(oracle.dps + max(20, oracle.dps // 2)):
             return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, True, redraw_rounds,
-                          heads is not None)
+                          heads is not None, nodes)
     return _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, False, redraw_rounds,
-                  heads is not None)
+                  heads is not None, nodes)
 
 
-def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, exact, redraw_rounds, heads_given):
+def _node_pairs(n, nodes):
+    """(s, t) pairs of the 2n queries of a configuration and their nodes t / s."""
+    if nodes == "copies":
+        return [(1, t) for t in range(1, 2 * n + 1)], list(range(1, 2 * n + 1))
+    pairs = ratio_nodes(n)
+    return pairs, [Fraction(t, s) for s, t in pairs]
+
+
+def _ask_nodes(ask, x, q, pairs, what):
+    """F at every node for the configurations (x, q): array (C, 2n)."""
+    if all(s == 1 for s, _ in pairs):
+        full = copies_sequences(x, q, max(t for _, t in pairs))  # S(x, q, t) is a prefix: views, no copies
+        cols = [ask(full[:, : t + 1], f"{what}, t = {t}") for _, t in pairs]
+    else:
+        cols = [ask(copies_sequences(x, q, t, s=s), f"{what}, s = {s}, t = {t}") for s, t in pairs]
+    return np.stack(cols, axis=1)
+
+
+def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, exact, redraw_rounds, heads_given,
+           nodes):
     rng = np.random.default_rng(seed)
     ask = _Asker(oracle, exact)
     q0_before = oracle.queries
     conv = to_mp if exact else (lambda a: np.asarray(a, dtype=float))
-    ts = list(range(1, 2 * n + 1))
+    pairs, ts = _node_pairs(n, nodes)
     eps64 = np.finfo(float).eps
 
     # ---- random directions (scaled later) -------------------------------------------
@@ -223,8 +256,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     q[0] = conv(qdir[0])
     c0 = ask(q[0][None, None, :], "the shared query (q_1)")[0]
     u00 = conv(base_dir[0, 0])
-    F00 = np.stack([ask(copies_sequences(conv(q[0] - u00)[None], q[0][None], t), "configuration base(1,1)")
-                    for t in ts], axis=1)
+    F00 = _ask_nodes(ask, conv(q[0] - u00)[None], q[0][None], pairs, "configuration base(1,1)")
     labels00 = ["base(1,1)"]
     tol_probe, _ = _tolerances(F00, exact, output_error, eps64, oracle)
     kstar, fit00 = fit_min_degree(ts, F00 - c0, n, tol=tol_probe[0], labels=labels00, method=method)
@@ -269,11 +301,9 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     F = np.empty((C, len(ts)), dtype=object if exact else float)
     F[0] = F00[0]
     if C > 1:
-        full = copies_sequences(xx[1:], qq[1:], ts[-1])  # S(x, q, t) is a prefix of this: views, no copies
-        for i, t in enumerate(ts):
-            F[1:, i] = ask(full[:, : t + 1], f"the copies queries with t = {t}")
+        F[1:] = _ask_nodes(ask, xx[1:], qq[1:], pairs, "the design's queries")
     design_queries = oracle.queries - q0_before
-    max_length = 2 * n + 1
+    max_length = max(s + t for s, t in pairs)
     index = {(c[0], c[1], c[2]): i for i, c in enumerate(configs)}
 
     # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
@@ -284,8 +314,10 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         extra = ask(np.stack(q[1:])[:, None, :], "the block constants (q_k)")
         cq = np.concatenate([[c0], extra])
         if kstar > 0:
-            redraw_queries, redrawn, pre = _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask,
-                                              method, oracle, rounds=redraw_rounds)
+            _, eps_pre = _tolerances(F, exact, output_error, eps64, oracle)
+            redraw_queries, redrawn, pre = _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng,
+                                                   ask, method, 2 * eps_pre, rounds=redraw_rounds)
+            Q = np.stack(q, axis=1)  # redrawn blocks have new final tokens
 
     # ---- constants c = V^T q ---------------------------------------------------------------
     const_queries = 0
@@ -531,8 +563,16 @@ def _solve_v(U, lab_gam, lab_egam, link_gam, link_egam, perm_k, ucross, gcross, 
     eg = eg[kk, jj, perm_k[:, None, :]].reshape(-1, H)
     r_ = np.arange(len(ucross))[:, None]
     gc, egc = gcross[r_, cross_obs], egcross[r_, cross_obs]
-    A = np.concatenate([rows, ucross])[None]
-    sol, bnd = _weighted_lstsq(A, -np.concatenate([g, gc])[None], np.concatenate([eg, egc])[None])
+    A = np.concatenate([rows, ucross])
+    y, e = -np.concatenate([g, gc]), np.concatenate([eg, egc])
+    if y.dtype != object and len(A) > 4 * d:
+        # float64: the 4d most accurate rows of each head carry nearly all the weight; the
+        # rest would multiply the cost by d/2 (at d = 64) for a negligible gain
+        keep = np.argsort(e, axis=0)[: 4 * d].T  # (H, 4d)
+        sol, bnd = _weighted_lstsq(A[keep], y.T[np.arange(H)[:, None], keep][..., None],
+                                   e.T[np.arange(H)[:, None], keep][..., None])
+        return sol[:, 0], bnd[:, 0]
+    sol, bnd = _weighted_lstsq(A[None], y[None], e[None])
     return sol[0], bnd[0]
 
 
@@ -542,21 +582,37 @@ def _weighted_lstsq(A, vals, errs):
     ``A`` (B, m, d); ``vals`` and ``errs`` (B, m, H). Returns the solutions and their
     componentwise first-order error bounds, both (B, H, d): row :math:`i` is divided by
     ``errs[b, i, h]``, so each scaled row has error at most 1 and the bound is the row sum
-    of :math:`|A_w^+|`. Batched QR in float64; mpmath QR per system in exact mode (the
-    weights and bounds stay float64: they only rank the rows).
+    of :math:`|A_w^+|`. float64: batched normal equations with one refinement step; a row
+    whose scaled residual exceeds 1 (its own error bound; correct rows stay far below, the
+    first-order bounds being pessimistic) is an outlier, weighted out, and the systems
+    re-solved (at most twice). Exact mode: mpmath QR per system (the weights and bounds
+    stay float64: they only rank the rows).
     """
-    e = np.maximum(errs, 1e-300).transpose(0, 2, 1)  # (B, H, m)
-    Aw = to_float(A)[:, None, :, :] / e[..., None]  # (B, H, m, d)
-    AwT = Aw.swapaxes(-1, -2)
-    # normal equations (batched BLAS products, several times faster than batched QR here);
-    # the rows u are random, so A_w is well conditioned, and one step of iterative
-    # refinement below recovers the accuracy of QR (tests/test_learner.py compares)
-    pinv = np.linalg.solve(AwT @ Aw, AwT)  # (B, H, d, m)
-    bnd = np.abs(pinv).sum(axis=-1)
-    if vals.dtype != object:
+    e = np.where(np.isfinite(errs), np.maximum(errs, 1e-300), 1e300).transpose(0, 2, 1)  # (B, H, m)
+    Af = to_float(A)[:, None, :, :]
+    for _ in range(3):
+        Aw = Af / e[..., None]  # (B, H, m, d)
+        AwT = Aw.swapaxes(-1, -2)
+        # normal equations (batched BLAS products, several times faster than batched QR here);
+        # the rows u are random, so A_w is well conditioned, and one step of iterative
+        # refinement below recovers the accuracy of QR (tests/test_learner.py compares)
+        try:
+            pinv = np.linalg.solve(AwT @ Aw, AwT)  # (B, H, d, m)
+        except np.linalg.LinAlgError:  # a system left singular by its weights: the SVD pseudo-inverse
+            pinv = np.linalg.pinv(Aw)  # (its bounds come out huge, and the learner's checks raise)
+        bnd = np.abs(pinv).sum(axis=-1)
+        if vals.dtype == object:
+            break
         b = vals.transpose(0, 2, 1) / e
         sol = (pinv @ b[..., None])[..., 0]
         sol += (pinv @ (b - (Aw @ sol[..., None])[..., 0])[..., None])[..., 0]
+        # a row whose residual exceeds its own error bound (its first-order bound failed)
+        # is an outlier: weighted out, and the systems re-solved
+        outlier = np.abs(b - (Aw @ sol[..., None])[..., 0]) > _OUTLIER
+        if not outlier.any() or A.shape[1] <= A.shape[2]:
+            break
+        e = np.where(outlier, e * 1e8, e)
+    if vals.dtype != object:
         return sol, bnd
     B, m, H = vals.shape
     sol = np.empty((B, H, A.shape[2]), dtype=object)
@@ -576,23 +632,33 @@ def _subset(fit, idx):
     return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx], fit.shift[idx])
 
 
-def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, oracle, rounds):
-    """Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
+def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, eps_in, rounds):
+    r"""Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
 
     A configuration is ill-conditioned when its fit fails (non-real or non-positive pole)
     or its sensitivity (largest row sum of :math:`|J^{-1}|`, relative to the residues) is
     more than 100 times the median over the design. Redrawing ``u_{k,j}`` changes the
     base configuration ``(k, j)`` and the link ``(k, j)``; redrawing ``u_{k,1}`` changes the
-    whole block's links; a cross configuration is redrawn alone. Arrays are updated in
-    place. Returns the number of extra queries and the labels redrawn.
+    whole block's links; a cross configuration is redrawn alone. When the median of a
+    block :math:`k\ge2` is itself ill-conditioned, the final token :math:`q_k` is to blame
+    (two heads with nearly equal :math:`W_hq_k` have close poles for every :math:`u`): the
+    whole block is redrawn with a new :math:`q_k`, its constant asked again, and its
+    cross. A link whose matching is ambiguous or fails (the test of the learner, with the
+    sample error ``eps_in``) has its ``u_{k,j}`` redrawn. Arrays are updated in place. Returns the number of extra queries, the labels
+    redrawn and the fits of every configuration.
     """
     from .rational import fit_masked
 
     d = len(q)
     C = len(configs)
     blk = np.array([c[1] for c in configs])
-    kind = [c[0] for c in configs]
-    cvec = np.array([cq[blk[i]] if kind[i] != "cross" else cq[0] + cq[blk[i]] for i in range(C)])
+    kind = np.array([c[0] for c in configs])
+    cvec = cq[blk] + np.where(kind == "cross", cq[0], 0.0)
+    members = {k: np.nonzero((blk == k) & (kind != "cross"))[0] for k in range(d)}
+    block_rows = np.array([members[k] for k in range(d)])  # (d, 2d - 1)
+    refs = np.array([index[("base", k, 0)] for k in range(d) for j in range(1, d)], dtype=int)
+    oth = np.array([index[("base", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
+    lnk = np.array([index[("link", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
     spent, names = 0, []
     redo = np.arange(C)
     fit_all = None
@@ -601,18 +667,47 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
         if fit_all is None:
             fit_all, ok_all = fit, ok
         else:
-            fit_all.ell[redo], fit_all.gamma[redo], fit_all.sens[redo] = fit.ell, fit.gamma, fit.sens
+            for name in ("ell", "gamma", "sens", "residual", "shift"):
+                getattr(fit_all, name)[redo] = getattr(fit, name)
             ok_all[redo] = ok
         rel = np.maximum(fit_all.sens[:, 0, :], fit_all.sens[:, 1, :] / np.maximum(np.abs(fit_all.gamma), 1e-300))
-        measure = rel.max(axis=1)
+        measure = np.where(ok_all, rel.max(axis=1), np.inf)
         limit = 100 * np.median(measure[ok_all])
-        bad = ~ok_all | (measure > limit)
+        bad = measure > limit
+        if rnd == rounds - 1:
+            # the last redraw replaces only failed fits and unmatched links (few): a fresh draw
+            # can be bad too, and no round follows to replace it
+            bad = ~ok_all
+        if d > 1 and H:
+            ell, gam = fit_all.ell, fit_all.gamma
+            P = np.stack([ell[refs][:, :, None] + ell[oth][:, None, :], gam[refs][:, :, None] + gam[oth][:, None, :]],
+                         axis=3)
+            O = np.stack([ell[lnk], gam[lnk]], axis=2)
+            sc = _scales(O)
+            err_ell, err_gam = fit_all.sens[:, 0, :] * eps_in, fit_all.sens[:, 1, :] * eps_in
+            etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (refs, oth, lnk))
+            mt = match_candidates(P, O, sc)
+            unmatched = (mt.residual > _safety(False) * etot) | (mt.margin <= 4.0 * mt.residual)
+            bad[oth[unmatched]] = True  # redraws u_{k,j}: base (k,j) and link (k,j)
         if not bad.any() or rnd == rounds:
             break
-        new_u = sorted({("cross", configs[i][1], 0) if configs[i][0] == "cross" else ("u", configs[i][1], configs[i][2])
-                        for i in np.nonzero(bad)[0]})
-        fresh = _unit_rows(rng, len(new_u), d)
+        bad_blocks = [k + 1 for k in np.nonzero(np.median(measure[block_rows[1:]], axis=1) > limit)[0]]
         affected = set()
+        for k in bad_blocks:
+            q[k] = _unit_rows(rng, 1, d)[0] * np.sqrt(f)
+            cq[k] = ask(q[k][None, None, :], f"the constant of redrawn block {k + 1}")[0]
+            spent += 1
+            U[k] = _unit_rows(rng, d, d) * np.sqrt(f)
+            for i in members[k]:
+                qq[i] = q[k]
+                affected.add(i)
+            i = index[("cross", k, 0)]
+            qq[i] = q[0] + q[k]
+            uu[i] = _unit_rows(rng, 1, d)[0] * f / np.linalg.norm(qq[i])
+            affected.add(i)
+        new_u = sorted({("cross", configs[i][1], 0) if configs[i][0] == "cross" else ("u", configs[i][1], configs[i][2])
+                        for i in np.nonzero(bad)[0] if configs[i][1] not in bad_blocks})
+        fresh = _unit_rows(rng, len(new_u), d)
         for key, z in zip(new_u, fresh):
             if key[0] == "cross":
                 i = index[key]
@@ -632,10 +727,9 @@ def _redraw(ts, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method,
                 uu[i] = U[k, 0] + U[k, j]
             configs[i] = (kd, k, j, uu[i], qq[i])
             xx[i] = qq[i] - uu[i]
+            cvec[i] = cq[k] + (cq[0] if kd == "cross" else 0.0)
         redo = np.array(sorted(affected))
-        full = copies_sequences(xx[redo], qq[redo], ts[-1])
-        for it, t in enumerate(ts):
-            F[redo, it] = ask(full[:, : t + 1], f"redrawn configurations, t = {t}")
+        F[redo] = _ask_nodes(ask, xx[redo], qq[redo], pairs, "redrawn configurations")
         spent += len(redo) * len(ts)
         names.extend(configs[i][0] + f"({configs[i][1] + 1},{configs[i][2] + 1})" for i in redo)
     if not ok_all.all():
@@ -806,6 +900,7 @@ def _check_significant(ell, gam, err_ell, err_gam, labels, S):
             )
 
 
+_OUTLIER = 1.0  # weighted least squares: scaled residual beyond which a row is an outlier
 _FIRST_ORDER = 1e-1  # largest per-configuration relative perturbation the bounds are trusted for
 _ESTIMATE_FACTOR = 2.0  # reported bound = 2 x the first-order bound (second-order terms, measured in chapter 5)
 

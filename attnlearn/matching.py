@@ -99,6 +99,8 @@ def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     diff = np.abs(to_float(diff)) / scale[:, None, None, None, :]
     dist = diff.max(axis=4)
     cost = dist.min(axis=3)  # (C, n, n)
+    # a failed fit upstream (NaN/inf values) must lose every comparison, not break the solver
+    cost = np.where(np.isfinite(cost), cost, 1e300)
     if n <= _ENUMERATE:
         # small n: every permutation at once, vectorised over configurations; the same
         # optimum as linear_sum_assignment (tests check the two agree)
