@@ -54,7 +54,9 @@ class Recovery:
     diagnostics : dict
         Per-configuration arrays: ``interp_residual``, ``condition`` (largest row sum of
         :math:`|J^{-1}|`), ``link_residual``/``link_margin``, ``cross_residual``/
-        ``cross_margin``, the query ``scale`` used, and ``labels``.
+        ``cross_margin``, the query ``scale`` used, ``labels``, the node ``pairs``
+        :math:`(s,t)`, and in robust mode the configurations and blocks redrawn
+        (``redrawn``, ``redrawn_blocks``).
     """
 
     def __init__(self, **kw):
@@ -151,12 +153,13 @@ def learn(
         redraw costs :math:`2n` queries per configuration, reported in
         ``recovery.queries["redraws"]``, with one query per redrawn block constant).
     nodes : {"copies", "ratios"}, optional, keyword-only
-        The :math:`2n` queries of a configuration: the paper's :math:`S(x,q,t)`,
-        :math:`t=1..2n` (``"copies"``, the default, exactly the paper's count and lengths),
-        or :math:`s` copies of :math:`x` then :math:`t` of :math:`q` at the ratios
-        :math:`t/s` of :func:`attnlearn.rational.ratio_nodes` (``"ratios"``, the default
-        with ``robust=True``): the same number of queries, none longer, far better
-        conditioned (chapter 3).
+        The :math:`2n` queries of a configuration: DESIGN §4.1's :math:`S(x,q,t)`,
+        :math:`t=1..2n` (``"copies"``, the default in float64 without ``robust``), or
+        :math:`s` copies of :math:`x` then :math:`t` of :math:`q` at the ratios :math:`t/s`
+        of :func:`attnlearn.rational.ratio_nodes` (``"ratios"``, the default in exact mode
+        and with ``robust=True``). Both give exactly the paper's count
+        :math:`4nd^2-2n+1` and longest query :math:`2n+1`; the ratios are far better
+        conditioned (chapter 3; chapter 4 compares the two in exact mode).
 
     Returns
     -------
@@ -203,7 +206,7 @@ def learn(
     if isinstance(holdout, bool) or not isinstance(holdout, numbers.Integral) or holdout < 0:
         raise ValueError(f"holdout must be a non-negative integer, got {holdout!r}")
     if nodes is None:
-        nodes = "ratios" if robust else "copies"
+        nodes = "ratios" if robust or oracle.exact else "copies"
     if nodes not in ("copies", "ratios"):
         raise ValueError(f'nodes must be "copies" or "ratios", got {nodes!r}')
     if spread is None:
@@ -309,13 +312,13 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
     cq = None
     pre = None  # robust mode: the fits of every configuration, already done while redrawing
-    redraw_queries, redrawn = 0, []
+    redraw_queries, redrawn, redrawn_blocks = 0, [], []
     if robust and d > 1:
         extra = ask(np.stack(q[1:])[:, None, :], "the block constants (q_k)")
         cq = np.concatenate([[c0], extra])
         if kstar > 0:
             _, eps_pre = _tolerances(F, exact, output_error, eps64, oracle)
-            redraw_queries, redrawn, pre = _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng,
+            redraw_queries, redrawn, redrawn_blocks, pre = _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng,
                                                    ask, method, 2 * eps_pre, rounds=redraw_rounds)
             Q = np.stack(q, axis=1)  # redrawn blocks have new final tokens
 
@@ -410,6 +413,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
 
     diagnostics = {
         "labels": labels,
+        "pairs": pairs,
         "interp_residual": resid,
         "condition": sens.reshape(C, -1).max(axis=1) if H else np.zeros(C),
         "scale": scale_info,
@@ -418,6 +422,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     }
     queries = {"design": design_queries, "constants": const_queries, "redraws": redraw_queries, "holdout": 0}
     diagnostics["redrawn"] = redrawn
+    diagnostics["redrawn_blocks"] = redrawn_blocks
     if H == 0:
         if output_error is not None:
             raise IllConditionedError(
@@ -644,8 +649,9 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
     (two heads with nearly equal :math:`W_hq_k` have close poles for every :math:`u`): the
     whole block is redrawn with a new :math:`q_k`, its constant asked again, and its
     cross. A link whose matching is ambiguous or fails (the test of the learner, with the
-    sample error ``eps_in``) has its ``u_{k,j}`` redrawn. Arrays are updated in place. Returns the number of extra queries, the labels
-    redrawn and the fits of every configuration.
+    sample error ``eps_in``) has its ``u_{k,j}`` redrawn. Arrays are updated in place.
+    Returns the number of extra queries, the configurations and the blocks redrawn, and
+    the fits of every configuration.
     """
     from .rational import fit_masked
 
@@ -659,7 +665,7 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
     refs = np.array([index[("base", k, 0)] for k in range(d) for j in range(1, d)], dtype=int)
     oth = np.array([index[("base", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
     lnk = np.array([index[("link", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
-    spent, names = 0, []
+    spent, names, blocks_redrawn = 0, [], []
     redo = np.arange(C)
     fit_all = None
     for rnd in range(rounds + 1):
@@ -693,6 +699,7 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
             break
         bad_blocks = [k + 1 for k in np.nonzero(np.median(measure[block_rows[1:]], axis=1) > limit)[0]]
         affected = set()
+        blocks_redrawn.extend(f"block({k + 1})" for k in bad_blocks)
         for k in bad_blocks:
             q[k] = _unit_rows(rng, 1, d)[0] * np.sqrt(f)
             cq[k] = ask(q[k][None, None, :], f"the constant of redrawn block {k + 1}")[0]
@@ -738,7 +745,7 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
             f"{configs[i][0]}({configs[i][1] + 1},{configs[i][2] + 1}): no well-posed interpolation after "
             f"{rounds} rounds of redrawing (non-real or non-positive poles)"
         )
-    return spent, names, fit_all
+    return spent, names, blocks_redrawn, fit_all
 
 
 def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method):

@@ -15,6 +15,7 @@ from attnlearn.rational import (
     fit_min_degree,
     jacobian,
     loewner_matrix,
+    ratio_nodes,
 )
 
 METHODS = ["linearised", "loewner"]
@@ -293,3 +294,43 @@ def test_jacobian_matches_finite_differences(seed, H):
             g2[:, k - H] -= h
         fd = (samples(e, g, t) - samples(e2, g2, t)) / (2 * h)
         np.testing.assert_allclose(J[:, :, k], fd, atol=1e-8)
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_ratio_nodes_design(n):
+    from fractions import Fraction
+
+    pairs = ratio_nodes(n)
+    taus = [Fraction(t, s) for s, t in pairs]
+    assert len(set(taus)) == 2 * n  # 2n distinct nodes
+    assert max(s + t for s, t in pairs) == 2 * n + 1  # the paper's longest query, exactly
+    assert all(s >= 1 and t >= 1 for s, t in pairs)
+    assert sorted(taus) == sorted(1 / x for x in taus)  # symmetric in log(t/s) around 1
+
+
+def test_ratio_family_is_the_rational_function_of_t_over_s():
+    # s copies of x, then t copies of q: F = V^T q + sum_h gamma_h / (1 + rho_h t / s)
+    rng = np.random.default_rng(3)
+    d, H = 3, 2
+    model = MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+    x, q = rng.normal(size=(1, d)), rng.normal(size=(1, d))
+    u = q[0] - x[0]
+    rho = np.exp([u @ model.W[h] @ q[0] for h in range(H)])
+    gam = np.array([-u @ model.v[h] for h in range(H)])
+    c = model.v.sum(axis=0) @ q[0]
+    for s, t in [(1, 1), (3, 2), (5, 1), (2, 7)]:
+        Xs = copies_sequences(x, q, t, s=s)
+        assert Xs.shape == (1, s + t, d)
+        np.testing.assert_allclose(model.batch(Xs)[0], c + np.sum(gam / (1 + rho * t / s)), rtol=1e-13)
+
+
+def test_ratio_nodes_condition_better_than_copies():
+    # chapter 3's finding in one line: at n = 4 the ratio nodes' sensitivities are far smaller
+    rng = np.random.default_rng(5)
+    C, n = 200, 4
+    ell, gam = rng.normal(size=(C, n)), rng.normal(size=(C, n))
+    med = {}
+    for name, taus in (("copies", list(range(1, 2 * n + 1))), ("ratios", [t / s for s, t in ratio_nodes(n)])):
+        J = jacobian(taus, ell, gam)
+        med[name] = np.median(np.abs(np.linalg.pinv(J)).sum(axis=2).max(axis=1))
+    assert med["ratios"] * 100 < med["copies"]
