@@ -610,7 +610,18 @@ def _weighted_lstsq(A, vals, errs):
             break
         b = vals.transpose(0, 2, 1) / e
         sol = (pinv @ b[..., None])[..., 0]
-        sol += (pinv @ (b - (Aw @ sol[..., None])[..., 0])[..., None])[..., 0]
+        step1 = (pinv @ (b - (Aw @ sol[..., None])[..., 0])[..., None])[..., 0]
+        sol += step1
+        step2 = (pinv @ (b - (Aw @ sol[..., None])[..., 0])[..., None])[..., 0]
+        sol += step2
+        # refinement contracts by about cond(A_w)^2 eps per step: where it does not, the
+        # weights make A_w too ill-conditioned for normal equations; QR for those systems
+        slow = np.abs(step2).max(axis=-1) > 1e-2 * np.abs(step1).max(axis=-1) + 1e-300
+        if slow.any():
+            Qf, R = np.linalg.qr(Aw[slow])
+            pinv[slow] = np.linalg.solve(R, Qf.swapaxes(-1, -2))
+            bnd[slow] = np.abs(pinv[slow]).sum(axis=-1)
+            sol[slow] = (pinv[slow] @ b[slow][..., None])[..., 0]
         # a row whose residual exceeds its own error bound (its first-order bound failed)
         # is an outlier: weighted out, and the systems re-solved
         outlier = np.abs(b - (Aw @ sol[..., None])[..., 0]) > _OUTLIER
