@@ -231,12 +231,13 @@ def _node_pairs(n, nodes):
 
 
 def _ask_nodes(ask, x, q, pairs, what):
-    """F at every node for the configurations (x, q): array (C, 2n)."""
-    if all(s == 1 for s, _ in pairs):
-        full = copies_sequences(x, q, max(t for _, t in pairs))  # S(x, q, t) is a prefix: views, no copies
-        cols = [ask(full[:, : t + 1], f"{what}, t = {t}") for _, t in pairs]
-    else:
-        cols = [ask(copies_sequences(x, q, t, s=s), f"{what}, s = {s}, t = {t}") for s, t in pairs]
+    """F at every node for the configurations (x, q): array (C, 2n).
+
+    One array of ``smax`` copies of x then ``tmax`` of q holds every query as a slice
+    (a view, no copy): s copies of x then t of q end at position smax + t."""
+    smax, tmax = max(s for s, _ in pairs), max(t for _, t in pairs)
+    full = copies_sequences(x, q, tmax, s=smax)
+    cols = [ask(full[:, smax - s: smax + t], f"{what}, s = {s}, t = {t}") for s, t in pairs]
     return np.stack(cols, axis=1)
 
 
@@ -273,33 +274,22 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     for k in range(1, d):
         q[k] = conv(qdir[k] * np.sqrt(f))
     Q = np.stack(q, axis=1)  # columns q_k
-    U = np.empty((d, d, d), dtype=object if exact else float)  # U[k, j] = u_{k,j}
-    for k in range(d):
-        for j in range(d):
-            if k == 0 and j == 0:
-                U[0, 0] = u00
-            else:
-                # |u| * |q_k| = f so that ell = u^T W q spreads like f times the probe's
-                U[k, j] = conv(base_dir[k, j] * (f if k == 0 else np.sqrt(f)))
-    cross_u = []
-    for k in range(1, d):
-        qq = to_float(q[0] + q[k])
-        cross_u.append(conv(cross_dir[k - 1] * f / np.linalg.norm(qq)))
+    # |u| * |q_k| = f so that ell = u^T W q spreads like f times the probe's (|q_1| = 1)
+    U = conv(base_dir * np.where(np.arange(d) == 0, f, np.sqrt(f))[:, None, None])  # U[k, j] = u_{k,j}
+    U[0, 0] = u00
+    qsum = np.stack(q[1:]) + q[0] if d > 1 else np.zeros((0, d))  # final tokens q_1 + q_k of the crosses
+    cross_u = conv(cross_dir * f / np.linalg.norm(to_float(qsum), axis=1, keepdims=True))
 
-    # configuration table: (kind, block k, j, u, final token q)
-    configs = [("base", 0, 0, U[0, 0], q[0])]
-    for k in range(d):
-        for j in range(d):
-            if (k, j) != (0, 0):
-                configs.append(("base", k, j, U[k, j], q[k]))
-        for j in range(1, d):
-            configs.append(("link", k, j, U[k, 0] + U[k, j], q[k]))
-    for k in range(1, d):
-        configs.append(("cross", k, 0, cross_u[k - 1], q[0] + q[k]))
-    labels = [f"{kind}({k + 1},{j + 1})" if kind != "cross" else f"cross({k + 1})" for kind, k, j, _, _ in configs]
-    C = len(configs)
-    uu = np.stack([c[3] for c in configs])
-    qq = np.stack([c[4] for c in configs])
+    # configuration table, block by block: base (k, 1..d), link (k, 2..d); then the crosses
+    per_block = 2 * d - 1
+    kind = np.array((["base"] * d + ["link"] * (d - 1)) * d + ["cross"] * (d - 1))
+    blk = np.concatenate([np.repeat(np.arange(d), per_block), np.arange(1, d)])
+    jj = np.concatenate([np.tile(np.r_[np.arange(d), np.arange(1, d)], d), np.zeros(d - 1, dtype=int)])
+    uu = np.concatenate([np.concatenate([U, U[:, :1] + U[:, 1:]], axis=1).reshape(-1, d), cross_u])
+    qq = np.concatenate([np.repeat(Q.T, per_block, axis=0), qsum])
+    configs = (kind, blk, jj)
+    labels = [f"{kd}({k + 1},{j + 1})" if kd != "cross" else f"cross({k + 1})" for kd, k, j in zip(kind, blk, jj)]
+    C = len(kind)
     xx = qq - uu
     F = np.empty((C, len(ts)), dtype=object if exact else float)
     F[0] = F00[0]
@@ -307,7 +297,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         F[1:] = _ask_nodes(ask, xx[1:], qq[1:], pairs, "the design's queries")
     design_queries = oracle.queries - q0_before
     max_length = max(s + t for s, t in pairs)
-    index = {(c[0], c[1], c[2]): i for i, c in enumerate(configs)}
+    index = {(kd, int(k), int(j)): i for i, (kd, k, j) in enumerate(zip(kind, blk, jj))}
 
     # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
     cq = None
@@ -324,8 +314,6 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
 
     # ---- constants c = V^T q ---------------------------------------------------------------
     const_queries = 0
-    blk = np.array([c[1] for c in configs])
-    kind = np.array([c[0] for c in configs])
     in_block0 = (blk == 0) & (kind != "cross")
     tol, eps_out = _tolerances(F, exact, output_error, eps64, oracle)
     cvals = np.empty(C, dtype=object if exact else float)
@@ -667,15 +655,15 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
     from .rational import fit_masked
 
     d = len(q)
-    C = len(configs)
-    blk = np.array([c[1] for c in configs])
-    kind = np.array([c[0] for c in configs])
+    kind, blk, jj = configs
+    C = len(kind)
     cvec = cq[blk] + np.where(kind == "cross", cq[0], 0.0)
     members = {k: np.nonzero((blk == k) & (kind != "cross"))[0] for k in range(d)}
     block_rows = np.array([members[k] for k in range(d)])  # (d, 2d - 1)
     refs = np.array([index[("base", k, 0)] for k in range(d) for j in range(1, d)], dtype=int)
     oth = np.array([index[("base", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
     lnk = np.array([index[("link", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
+    per_block = 2 * d - 1
     spent, names, blocks_redrawn = 0, [], []
     redo = np.arange(C)
     fit_all = None
@@ -696,15 +684,23 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
             # can be bad too, and no round follows to replace it
             bad = ~ok_all
         if d > 1 and H:
+            # the links' matching test of the learner, on the links whose configurations changed
+            if rnd == 0:
+                unmatched = np.zeros(len(lnk), dtype=bool)
+                chk = np.arange(len(lnk))
+            else:
+                changed = np.zeros(C, dtype=bool)
+                changed[redo] = True
+                chk = np.nonzero(changed[refs] | changed[oth] | changed[lnk])[0]
+            r, o, li = refs[chk], oth[chk], lnk[chk]
             ell, gam = fit_all.ell, fit_all.gamma
-            P = np.stack([ell[refs][:, :, None] + ell[oth][:, None, :], gam[refs][:, :, None] + gam[oth][:, None, :]],
-                         axis=3)
-            O = np.stack([ell[lnk], gam[lnk]], axis=2)
+            P = np.stack([ell[r][:, :, None] + ell[o][:, None, :], gam[r][:, :, None] + gam[o][:, None, :]], axis=3)
+            O = np.stack([ell[li], gam[li]], axis=2)
             sc = _scales(O)
             err_ell, err_gam = fit_all.sens[:, 0, :] * eps_in, fit_all.sens[:, 1, :] * eps_in
-            etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (refs, oth, lnk))
+            etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (r, o, li))
             mt = match_candidates(P, O, sc)
-            unmatched = (mt.residual > _safety(False) * etot) | (mt.margin <= 4.0 * mt.residual)
+            unmatched[chk] = (mt.residual > _safety(False) * etot) | (mt.margin <= 4.0 * mt.residual)
             bad[oth[unmatched]] = True  # redraws u_{k,j}: base (k,j) and link (k,j)
         if not bad.any() or rnd == rounds:
             break
@@ -723,37 +719,34 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
             qq[i] = q[0] + q[k]
             uu[i] = _unit_rows(rng, 1, d)[0] * f / np.linalg.norm(qq[i])
             affected.add(i)
-        new_u = sorted({("cross", configs[i][1], 0) if configs[i][0] == "cross" else ("u", configs[i][1], configs[i][2])
-                        for i in np.nonzero(bad)[0] if configs[i][1] not in bad_blocks})
-        fresh = _unit_rows(rng, len(new_u), d)
-        for key, z in zip(new_u, fresh):
-            if key[0] == "cross":
-                i = index[key]
-                uu[i] = z * f / np.linalg.norm(qq[i])
-                affected.add(i)
-                continue
-            _, k, j = key
-            U[k, j] = z * (f if k == 0 else np.sqrt(f))
-            affected.add(index[("base", k, j)])
-            for jj in (range(1, d) if j == 0 else [j]):
-                affected.add(index[("link", k, jj)])
-        for i in affected:
-            kd, k, j = configs[i][:3]
-            if kd == "base":
-                uu[i] = U[k, j]
-            elif kd == "link":
-                uu[i] = U[k, 0] + U[k, j]
-            configs[i] = (kd, k, j, uu[i], qq[i])
-            xx[i] = qq[i] - uu[i]
-            cvec[i] = cq[k] + (cq[0] if kd == "cross" else 0.0)
-        redo = np.array(sorted(affected))
+        # fresh directions, in the order: crosses by block, then u_{k,j} by (k, j); the
+        # configuration table's layout gives every index by arithmetic (see _learn)
+        sel = np.nonzero(bad)[0]
+        sel = sel[~np.isin(blk[sel], bad_blocks)]
+        is_c = kind[sel] == "cross"
+        cross_k = np.unique(blk[sel[is_c]])
+        ukeys = np.unique(blk[sel[~is_c]] * d + jj[sel[~is_c]])
+        fresh = _unit_rows(rng, len(cross_k) + len(ukeys), d)
+        ci = per_block * d + cross_k - 1
+        uu[ci] = fresh[: len(cross_k)] * f / np.linalg.norm(qq[ci], axis=1, keepdims=True)
+        uk, uj = np.divmod(ukeys, d)
+        U[uk, uj] = fresh[len(cross_k):] * np.where(uk == 0, f, np.sqrt(f))[:, None]
+        nz = uj != 0
+        parts = [np.array(sorted(affected), dtype=int), ci, uk * per_block + uj, uk[nz] * per_block + d + uj[nz] - 1]
+        parts += [k * per_block + d + np.arange(d - 1) for k in uk[~nz]]  # a new u_{k,1}: every link of block k
+        redo = np.unique(np.concatenate(parts))
+        bm, lm = redo[kind[redo] == "base"], redo[kind[redo] == "link"]
+        uu[bm] = U[blk[bm], jj[bm]]
+        uu[lm] = U[blk[lm], 0] + U[blk[lm], jj[lm]]
+        xx[redo] = qq[redo] - uu[redo]
+        cvec[redo] = cq[blk[redo]] + np.where(kind[redo] == "cross", cq[0], 0.0)
         F[redo] = _ask_nodes(ask, xx[redo], qq[redo], pairs, "redrawn configurations")
         spent += len(redo) * len(ts)
-        names.extend(configs[i][0] + f"({configs[i][1] + 1},{configs[i][2] + 1})" for i in redo)
+        names.extend(f"{kind[i]}({blk[i] + 1},{jj[i] + 1})" for i in redo)
     if not ok_all.all():
         i = int(np.argmin(ok_all))
         raise IllConditionedError(
-            f"{configs[i][0]}({configs[i][1] + 1},{configs[i][2] + 1}): no well-posed interpolation after "
+            f"{kind[i]}({blk[i] + 1},{jj[i] + 1}): no well-posed interpolation after "
             f"{rounds} rounds of redrawing (non-real or non-positive poles)"
         )
     return spent, names, blocks_redrawn, fit_all
