@@ -196,28 +196,41 @@ def _residues_float(t, rho, G):
     return _solve_ls(B, G[:, :, None])[:, :, 0]
 
 
-def _polish_float(t, G, ell, gamma, iters=3):
-    """Gauss-Newton steps on the nonlinear least-squares fit in (ell, gamma)."""
+def _polish_float(t, G, ell, gamma, iters=None):
+    """Gauss-Newton steps on the nonlinear least-squares fit in (ell, gamma).
+
+    Returns ``(ell, gamma, Jinv)`` with :math:`J^{+}` from the last step (at a point within
+    that step of the result: the first-order bounds of :func:`_finish_float` reuse it).
+    When the samples fix the fit exactly (m = 2n) one step reaches the rounding level
+    (more changed nothing in a measurement over 12 000 fits, n = 2..4); overdetermined
+    fits take three.
+    """
     t = np.asarray(t, dtype=float)
     n = ell.shape[1]
+    if iters is None:
+        iters = 1 if len(t) == 2 * n else 3
+    Jinv = None
     for _ in range(iters):
         model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * t[None, :, None])).sum(axis=2)
         r = G - model
-        J = jacobian(t, ell, gamma)
-        step = _solve_ls(J, r[:, :, None])[:, :, 0]
+        Jinv = _pinv_small(jacobian(t, ell, gamma))
+        step = (Jinv @ r[:, :, None])[:, :, 0]
         ell = ell + step[:, :n]
         gamma = gamma + step[:, n:]
-    return ell, gamma
+    return ell, gamma, Jinv
 
 
-def _finish_float(t, G, ell, gamma):
+def _finish_float(t, G, ell, gamma, Jinv=None):
     order = np.argsort(ell, axis=1)
     ell = np.take_along_axis(ell, order, axis=1)
     gamma = np.take_along_axis(gamma, order, axis=1)
-    J = jacobian(t, ell, gamma)
-    Jinv = _pinv_small(J)
-    absrows = np.abs(Jinv).sum(axis=2)  # (C, 2n)
     n = ell.shape[1]
+    if Jinv is None:
+        Jinv = _pinv_small(jacobian(t, ell, gamma))
+    else:  # rows (ell_1..n, gamma_1..n) of the unsorted heads: sort them alike
+        rows = np.concatenate([order, order + n], axis=1)
+        Jinv = np.take_along_axis(Jinv, rows[:, :, None], axis=1)
+    absrows = np.abs(Jinv).sum(axis=2)  # (C, 2n)
     sens = np.stack([absrows[:, :n], absrows[:, n:]], axis=1)
     sh = -Jinv.sum(axis=2)
     shift = np.stack([sh[:, :n], sh[:, n:]], axis=1)
@@ -242,7 +255,8 @@ def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
     ell = np.log(rho)
     gamma = _residues_float(t, rho, G)
     if polish:
-        ell, gamma = _polish_float(t, G, ell, gamma)
+        ell, gamma, Jinv = _polish_float(t, G, ell, gamma)
+        return _finish_float(t, G, ell, gamma, Jinv)
     return _finish_float(t, G, ell, gamma)
 
 
@@ -270,8 +284,8 @@ def fit_masked(t, G, n, *, method="linearised"):
         rho = np.where(ok[:, None], np.real(rho), np.linspace(0.5, 2.0, n)[None, :])
         ell = np.log(rho)
         gamma = _residues_float(t, rho, G)
-        ell, gamma = _polish_float(t, G, ell, gamma)
-        fit = _finish_float(t, G, ell, gamma)
+        ell, gamma, Jinv = _polish_float(t, G, ell, gamma)
+        fit = _finish_float(t, G, ell, gamma, Jinv)
     ok &= np.all(np.isfinite(fit.ell), axis=1) & np.all(np.isfinite(fit.gamma), axis=1)
     ok &= np.all(np.isfinite(fit.sens.reshape(C, -1)), axis=1)
     return fit, ok
