@@ -363,8 +363,12 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         else:
             fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
                                    labels=[labels[i] for i in rest], method=method)
-            if calib is not None:
-                _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, kstar, eps_out)
+            for _ in range(3 if calib is not None else 0):
+                if _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, kstar, eps_out):
+                    break
+                fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar,
+                                       tol=tol + 30 * np.sqrt(m) * cerr[rest], labels=[labels[i] for i in rest],
+                                       method=method)
     H = kstar
     ell = np.empty((C, H), dtype=object if exact else float)
     gam = np.empty((C, H), dtype=object if exact else float)
@@ -575,10 +579,10 @@ def _weighted_lstsq(A, vals, errs):
     ``A`` (B, m, d); ``vals`` and ``errs`` (B, m, H). Returns the solutions and their
     componentwise first-order error bounds, both (B, H, d): row :math:`i` is divided by
     ``errs[b, i, h]``, so each scaled row has error at most 1 and the bound is the row sum
-    of :math:`|A_w^+|`. float64: batched normal equations with one refinement step; a row
-    whose scaled residual exceeds 1 (its own error bound; correct rows stay far below, the
-    first-order bounds being pessimistic) is an outlier, weighted out, and the systems
-    re-solved (at most twice). Exact mode: mpmath QR per system (the weights and bounds
+    of :math:`|A_w^+|`. float64: batched normal equations with two refinement steps (QR
+    where they do not contract); a row whose scaled residual exceeds what errors within the
+    bounds allow, :math:`1+\sum_j|P_{ij}|` for the hat matrix :math:`P=A_wA_w^+`, is an
+    outlier, weighted out, and the systems re-solved (at most twice). Exact mode: mpmath QR per system (the weights and bounds
     stay float64: they only rank the rows).
     """
     e = np.where(np.isfinite(errs), np.maximum(errs, 1e-300), 1e300).transpose(0, 2, 1)  # (B, H, m)
@@ -602,18 +606,27 @@ def _weighted_lstsq(A, vals, errs):
         sol += step1
         step2 = (pinv @ (b - (Aw @ sol[..., None])[..., 0])[..., None])[..., 0]
         sol += step2
-        # refinement contracts by about cond(A_w)^2 eps per step: where it does not, the
-        # weights make A_w too ill-conditioned for normal equations; QR for those systems
-        slow = np.abs(step2).max(axis=-1) > 1e-2 * np.abs(step1).max(axis=-1) + 1e-300
+        # refinement contracts by about cond(A_w)^2 eps per step: where the second step is
+        # not far below the solution's own error bound, the weights make A_w too
+        # ill-conditioned for normal equations; QR for those systems
+        slow = np.any(np.abs(step2) > 1e-2 * bnd, axis=-1)
         if slow.any():
             Qf, R = np.linalg.qr(Aw[slow])
             pinv[slow] = np.linalg.solve(R, Qf.swapaxes(-1, -2))
             bnd[slow] = np.abs(pinv[slow]).sum(axis=-1)
             sol[slow] = (pinv[slow] @ b[slow][..., None])[..., 0]
-        # a row whose residual exceeds its own error bound (its first-order bound failed)
-        # is an outlier: weighted out, and the systems re-solved
-        outlier = np.abs(b - (Aw @ sol[..., None])[..., 0]) > _OUTLIER
-        if not outlier.any() or A.shape[1] <= A.shape[2]:
+        # with every scaled row error within 1, residual r = (I - P) e with the hat matrix
+        # P = A_w A_w^+, so |r_i| <= 1 + sum_j |P_ij|: a row beyond that is provably outside
+        # its own error bound (its first-order bound failed). It is weighted out and the
+        # systems re-solved. P is formed only for systems with a residual above 1.
+        res = np.abs(b - (Aw @ sol[..., None])[..., 0])
+        cand = (res > 1.0).any(axis=-1)
+        if not cand.any() or A.shape[1] <= A.shape[2]:
+            break
+        lim = 1.0 + np.abs(Aw[cand] @ pinv[cand]).sum(axis=-1)
+        outlier = np.zeros(res.shape, dtype=bool)
+        outlier[cand] = res[cand] > lim
+        if not outlier.any():
             break
         e = np.where(outlier, e * 1e8, e)
     if vals.dtype != object:
@@ -765,10 +778,11 @@ def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method):
     one is limited by the links' own noise. In float64 and in exact mode alike.
 
     This function makes the first Newton step from a fit at the derived constants; the
-    learner refits at the new constants and :func:`_calibrate_polish` makes the second
-    step on that fit (to first order, without another fit: Newton's error after one step
-    is already of second order). Updates ``cvals`` and ``cerr`` in place (crosses use
-    :math:`c_1+c_k`); returns a summary that :func:`_calibrate_polish` extends.
+    learner refits at the new constants and :func:`_calibrate_polish` makes the next step
+    on that fit: to first order, without another fit, once the step is within the noise
+    (usually the second step), else with a refit (at most three more). Updates ``cvals``
+    and ``cerr`` in place (crosses use :math:`c_1+c_k`); returns a summary that
+    :func:`_calibrate_polish` extends.
     """
     from .rational import fit_known_degree, fit_masked
 
@@ -788,24 +802,33 @@ def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method):
 
 
 def _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, H, eps_out):
-    r"""Second Newton step of :func:`_calibrate_constants`, on the learner's final fit of the
-    configurations ``rest`` (every block but the first, and the crosses): the constants and
-    the fitted :math:`(\ell,\gamma)` are moved to first order. Updates everything in place."""
+    r"""Next Newton step of :func:`_calibrate_constants`, on the learner's fit of the
+    configurations ``rest`` (every block but the first, and the crosses) at the current
+    constants. If every block's step is within three times its noise bound, Newton has
+    converged: the constants and the fitted :math:`(\ell,\gamma)` are moved to first order
+    and True is returned. Otherwise (a configuration so sensitive that the first step left
+    the linear regime) only the constants move, and the caller refits. Either way each
+    constant's error bound becomes three times its noise bound plus the step just taken
+    (Newton contracts, so the remaining error is below the last step)."""
     lay = calib["layout"]
     where = {i: p for p, i in enumerate(rest)}
     rows = np.array([where[i] for i in lay["all"]])
     sub = _subset(fit_rest, rows)
     delta, bound, _, _ = _link_newton(sub, np.ones(len(rows), dtype=bool), lay, H, eps_out, calib["perm"], calib["obs"])
-    per_config = np.repeat(delta, 2 * d - 1)
-    cross_rows = np.array([where[index[("cross", k, 0)]] for k in range(1, d)])
-    rows = np.concatenate([rows, cross_rows])
-    per_config = np.concatenate([per_config, delta])
-    fit_rest.ell[rows] = fit_rest.ell[rows] + per_config[:, None] * fit_rest.shift[rows, 0]
-    fit_rest.gamma[rows] = fit_rest.gamma[rows] + per_config[:, None] * fit_rest.shift[rows, 1]
-    _apply_constants(cvals, cerr, index, d, cvals[lay["first"]] + delta, bound, eps_out)
-    calib["steps"].append(absmax(delta))
+    step = np.abs(to_float(delta))
+    converged = bool(np.all(step <= 3 * bound))
+    if converged:
+        per_config = np.repeat(delta, 2 * d - 1)
+        cross_rows = np.array([where[index[("cross", k, 0)]] for k in range(1, d)])
+        rows = np.concatenate([rows, cross_rows])
+        per_config = np.concatenate([per_config, delta])
+        fit_rest.ell[rows] = fit_rest.ell[rows] + per_config[:, None] * fit_rest.shift[rows, 0]
+        fit_rest.gamma[rows] = fit_rest.gamma[rows] + per_config[:, None] * fit_rest.shift[rows, 1]
+    _apply_constants(cvals, cerr, index, d, cvals[lay["first"]] + delta, bound + step / 3, eps_out)
+    calib["steps"].append(float(step.max()) if len(step) else 0.0)
     calib["change"] = calib["change"] + to_float(delta)
-    calib["bound"] = 3 * bound
+    calib["bound"] = 3 * bound + step
+    return converged
 
 
 def _link_layout(index, d):
@@ -911,7 +934,6 @@ def _check_significant(ell, gam, err_ell, err_gam, labels, S):
             )
 
 
-_OUTLIER = 1.0  # weighted least squares: scaled residual beyond which a row is an outlier
 _FIRST_ORDER = 1e-1  # largest per-configuration relative perturbation the bounds are trusted for
 _ESTIMATE_FACTOR = 2.0  # reported bound = 2 x the first-order bound (second-order terms, measured in chapter 5)
 
