@@ -591,8 +591,9 @@ def _weighted_lstsq(A, vals, errs):
         Aw = Af / e[..., None]  # (B, H, m, d)
         AwT = Aw.swapaxes(-1, -2)
         # normal equations (batched BLAS products, several times faster than batched QR here);
-        # the rows u are random, so A_w is well conditioned, and one step of iterative
-        # refinement below recovers the accuracy of QR (tests/test_learner.py compares)
+        # the rows u are random, so A_w is usually well conditioned and two steps of iterative
+        # refinement recover the accuracy of QR; the systems where they do not, and those with
+        # a residual to judge, are solved by QR (tests/test_learner.py compares)
         try:
             pinv = np.linalg.solve(AwT @ Aw, AwT)  # (B, H, d, m)
         except np.linalg.LinAlgError:  # a system left singular by its weights: the SVD pseudo-inverse
@@ -610,11 +611,14 @@ def _weighted_lstsq(A, vals, errs):
         # not far below the solution's own error bound, the weights make A_w too
         # ill-conditioned for normal equations; QR for those systems
         slow = np.any(np.abs(step2) > 1e-2 * bnd, axis=-1)
+        slow |= (np.abs(b - (Aw @ sol[..., None])[..., 0]) > 1.0).any(axis=-1)  # judged below: be exact
         if slow.any():
             Qf, R = np.linalg.qr(Aw[slow])
             pinv[slow] = np.linalg.solve(R, Qf.swapaxes(-1, -2))
             bnd[slow] = np.abs(pinv[slow]).sum(axis=-1)
-            sol[slow] = (pinv[slow] @ b[slow][..., None])[..., 0]
+            # the solution by back substitution: the explicit pinv product loses digits when
+            # A_w is ill-conditioned (pinv serves only the bounds)
+            sol[slow] = np.linalg.solve(R, Qf.swapaxes(-1, -2) @ b[slow][..., None])[..., 0]
         # with every scaled row error within 1, residual r = (I - P) e with the hat matrix
         # P = A_w A_w^+, so |r_i| <= 1 + sum_j |P_ij|: a row beyond that is provably outside
         # its own error bound (its first-order bound failed). It is weighted out and the
