@@ -182,8 +182,17 @@ def learn(
     :math:`2n` queries :math:`S(x,q,t)`, :math:`t=1..2n`; one more query :math:`(q_1)`
     gives :math:`c_1=V^\top q_1`, and block 1's base configurations give :math:`V`
     through :math:`F(0)=V^\top x`. In all, :math:`2n(2d^2-1)+1=4nd^2-2n+1` queries of
-    length at most :math:`2n+1` [1]_. Then :math:`w_{h,k}=W_hq_k` from
-    :math:`\ell=u^\top w_{h,k}` and :math:`W_h=[w_{h,1}\cdots w_{h,d}][q_1\cdots q_d]^{-1}`.
+    length at most :math:`2n+1` [1]_ (with ``nodes="ratios"`` the :math:`2n` queries are
+    :math:`s` copies of :math:`x` then :math:`t` of :math:`q`, the same count and longest
+    length). Then :math:`w_{h,k}=W_hq_k` from :math:`\ell=u^\top w_{h,k}` and
+    :math:`W_h=[w_{h,1}\cdots w_{h,d}][q_1\cdots q_d]^{-1}`.
+
+    Three refinements of the paper's square solves, none costing a query (chapter 4): each block's
+    :math:`2d-1` base and link equations are solved by least squares weighted by their
+    first-order error bounds (:func:`_weighted_lstsq`), :math:`v_h` from the residues of every
+    configuration once the crosses have labelled the blocks, and the derived constants
+    :math:`V^\top q_k` are refined by Newton steps against the link equations
+    (:func:`_calibrate_constants`).
 
     References
     ----------
@@ -308,8 +317,9 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         cq = np.concatenate([[c0], extra])
         if kstar > 0:
             _, eps_pre = _tolerances(F, exact, output_error, eps64, oracle)
-            redraw_queries, redrawn, redrawn_blocks, pre = _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng,
-                                                   ask, method, 2 * eps_pre, rounds=redraw_rounds)
+            redraw_queries, redrawn, redrawn_blocks, pre = _redraw(
+                ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
+                rounds=redraw_rounds)
             Q = np.stack(q, axis=1)  # redrawn blocks have new final tokens
 
     # ---- constants c = V^T q ---------------------------------------------------------------
@@ -582,8 +592,8 @@ def _weighted_lstsq(A, vals, errs):
     of :math:`|A_w^+|`. float64: batched normal equations with two refinement steps (QR
     where they do not contract); a row whose scaled residual exceeds what errors within the
     bounds allow, :math:`1+\sum_j|P_{ij}|` for the hat matrix :math:`P=A_wA_w^+`, is an
-    outlier, weighted out, and the systems re-solved (at most twice). Exact mode: mpmath QR per system (the weights and bounds
-    stay float64: they only rank the rows).
+    outlier, weighted out, and the systems re-solved (at most twice). Exact mode: mpmath QR
+    per system (the weights and bounds stay float64: they only rank the rows).
     """
     e = np.where(np.isfinite(errs), np.maximum(errs, 1e-300), 1e300).transpose(0, 2, 1)  # (B, H, m)
     Af = to_float(A)[:, None, :, :]
