@@ -297,7 +297,8 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     uu = np.concatenate([np.concatenate([U, U[:, :1] + U[:, 1:]], axis=1).reshape(-1, d), cross_u])
     qq = np.concatenate([np.repeat(Q.T, per_block, axis=0), qsum])
     configs = (kind, blk, jj)
-    labels = [f"{kd}({k + 1},{j + 1})" if kd != "cross" else f"cross({k + 1})" for kd, k, j in zip(kind, blk, jj)]
+    table = list(zip(kind.tolist(), blk.tolist(), jj.tolist()))  # Python scalars: fast to format and hash
+    labels = [f"{kd}({k + 1},{j + 1})" if kd != "cross" else f"cross({k + 1})" for kd, k, j in table]
     C = len(kind)
     xx = qq - uu
     F = np.empty((C, len(ts)), dtype=object if exact else float)
@@ -306,7 +307,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         F[1:] = _ask_nodes(ask, xx[1:], qq[1:], pairs, "the design's queries")
     design_queries = oracle.queries - q0_before
     max_length = max(s + t for s, t in pairs)
-    index = {(kd, int(k), int(j)): i for i, (kd, k, j) in enumerate(zip(kind, blk, jj))}
+    index = {key: i for i, key in enumerate(table)}
 
     # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
     cq = None
@@ -318,7 +319,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         if kstar > 0:
             _, eps_pre = _tolerances(F, exact, output_error, eps64, oracle)
             redraw_queries, redrawn, redrawn_blocks, pre = _redraw(
-                ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
+                ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
                 rounds=redraw_rounds)
             Q = np.stack(q, axis=1)  # redrawn blocks have new final tokens
 
@@ -663,7 +664,7 @@ def _subset(fit, idx):
     return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx], fit.shift[idx])
 
 
-def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, eps_in, rounds):
+def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, eps_in, rounds):
     r"""Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
 
     A configuration is ill-conditioned when its fit fails (non-real or non-positive pole)
@@ -769,7 +770,7 @@ def _redraw(ts, pairs, F, configs, index, U, uu, xx, qq, q, cq, H, f, rng, ask, 
         cvec[redo] = cq[blk[redo]] + np.where(kind[redo] == "cross", cq[0], 0.0)
         F[redo] = _ask_nodes(ask, xx[redo], qq[redo], pairs, "redrawn configurations")
         spent += len(redo) * len(ts)
-        names.extend(f"{kind[i]}({blk[i] + 1},{jj[i] + 1})" for i in redo)
+        names.extend(labels[i] for i in redo.tolist())
     if not ok_all.all():
         i = int(np.argmin(ok_all))
         raise IllConditionedError(
