@@ -38,11 +38,12 @@ def to_mp(a):
 
 
 def to_float(a):
-    """float64 array (rounding mpmath numbers to nearest)."""
+    """float64 array (rounding mpmath numbers to nearest); a float64 array is returned as is,
+    not copied (callers only read it)."""
     a = np.asarray(a)
     if a.dtype == object:
         return np.array([float(x) for x in a.reshape(-1)], dtype=float).reshape(a.shape)
-    return a.astype(float)
+    return a.astype(float, copy=False)
 
 
 def as_real_array(a, name):

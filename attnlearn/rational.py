@@ -163,8 +163,8 @@ def _pinv_small(A):
 def _linearised_float(t, G, n):
     r"""Coefficients of :math:`P, Q` from :math:`P(t_i)-G_i(Q(t_i)-1)=G_i` (least squares if overdetermined).
 
-    Returns ``(p, qc, resid)`` with ``p`` (C, n) for :math:`t^0..t^{n-1}`, ``qc`` (C, n)
-    for :math:`t^1..t^n`. Columns are equilibrated (scaled to unit norm) before the solve.
+    Returns ``(p, qc)`` with ``p`` (C, n) for :math:`t^0..t^{n-1}`, ``qc`` (C, n) for
+    :math:`t^1..t^n`. Columns are equilibrated (scaled to unit norm) before the solve.
     """
     t = np.asarray(t, dtype=float)
     C, m = G.shape
@@ -176,13 +176,27 @@ def _linearised_float(t, G, n):
     scale[scale == 0] = 1.0
     As = A / scale
     sol = _solve_ls(As, G[:, :, None])[:, :, 0] / scale[:, 0, :]
-    resid = np.max(np.abs((A @ sol[:, :, None])[:, :, 0] - G), axis=1)
-    return sol[:, :n], sol[:, n:], resid
+    return sol[:, :n], sol[:, n:]
 
 
 def _poles_float(qc):
-    r"""Roots :math:`-\rho_h` of :math:`s^n+q_1s^{n-1}+\dots+q_n` via batched companion eigenvalues."""
+    r"""Roots :math:`-\rho_h` of :math:`s^n+q_1s^{n-1}+\dots+q_n` via batched companion eigenvalues.
+
+    For :math:`n\le2` the closed forms, vectorised (several times faster than the batched
+    eigenvalue calls at thousands of configurations); the quadratic uses the cancellation-free
+    pair :math:`s_1=-(q_1+\operatorname{sign}(q_1)\sqrt{q_1^2-4q_2})/2`, :math:`s_2=q_2/s_1`.
+    """
     C, n = qc.shape
+    if n == 1:
+        return qc.astype(float)
+    if n == 2:
+        q1, q2 = qc[:, 0], qc[:, 1]
+        sq = np.sqrt((q1 * q1 - 4 * q2).astype(complex))
+        s1 = -(q1 + np.where(q1 >= 0, 1.0, -1.0) * sq) / 2
+        with np.errstate(divide="ignore", invalid="ignore"):  # s1 = 0 only for q = 0: rho = 0, rejected later
+            s2 = q2 / s1
+        rho = -np.stack([s1, s2], axis=1)
+        return rho.real if np.all(rho.imag == 0) else rho
     comp = np.zeros((C, n, n))
     comp[:, 0, :] = -qc
     if n > 1:
@@ -194,6 +208,20 @@ def _residues_float(t, rho, G):
     t = np.asarray(t, dtype=float)
     B = 1.0 / (1.0 + rho[:, None, :] * t[None, :, None])
     return _solve_ls(B, G[:, :, None])[:, :, 0]
+
+
+def _residues_partial_fractions(p, rho):
+    r"""Residues from the linearised :math:`P`: :math:`\gamma_h=P(t_h)/\prod_{g\ne h}(1-\rho_g/\rho_h)`,
+    :math:`t_h=-1/\rho_h` (the partial fractions of :math:`P/Q`). A starting point for the
+    Gauss-Newton polish, without a least-squares solve per configuration."""
+    C, n = rho.shape
+    th = -1.0 / rho  # (C, n)
+    Pth = np.zeros_like(th)
+    for k in range(n - 1, -1, -1):  # Horner
+        Pth = Pth * th + p[:, k : k + 1]
+    ratio = rho[:, None, :] / rho[:, :, None]  # [c, h, g] = rho_g / rho_h
+    factors = np.where(np.eye(n, dtype=bool)[None], 1.0, 1.0 - ratio)
+    return Pth / factors.prod(axis=2)
 
 
 def _polish_float(t, G, ell, gamma, iters=None):
@@ -244,7 +272,7 @@ def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
     if n == 0:
         return RationalFit(np.zeros((C, 0)), np.zeros((C, 0)), np.zeros((C, 2, 0)), np.max(np.abs(G), axis=1))
     if method == "linearised":
-        _, qc, _ = _linearised_float(t, G, n)
+        pc, qc = _linearised_float(t, G, n)
         rho = _poles_float(qc)
     elif method == "loewner":
         rho = _loewner_poles_float(t, G, n)
@@ -253,7 +281,10 @@ def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
     _check_poles(rho, np.finfo(float).eps ** 0.5, labels)
     rho = rho.real
     ell = np.log(rho)
-    gamma = _residues_float(t, rho, G)
+    if method == "linearised" and polish:
+        gamma = _residues_partial_fractions(pc, rho)
+    else:
+        gamma = _residues_float(t, rho, G)
     if polish:
         ell, gamma, Jinv = _polish_float(t, G, ell, gamma)
         return _finish_float(t, G, ell, gamma, Jinv)
@@ -274,7 +305,7 @@ def fit_masked(t, G, n, *, method="linearised"):
         return _fit_float(t, G, 0), np.ones(C, dtype=bool)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # bad rows are masked
         if method == "linearised":
-            _, qc, _ = _linearised_float(t, G, n)
+            pc, qc = _linearised_float(t, G, n)
             rho = _poles_float(qc)
         else:
             rho = _loewner_poles_float(t, G, n)
@@ -283,7 +314,7 @@ def fit_masked(t, G, n, *, method="linearised"):
                     & np.isfinite(rho), axis=1)
         rho = np.where(ok[:, None], np.real(rho), np.linspace(0.5, 2.0, n)[None, :])
         ell = np.log(rho)
-        gamma = _residues_float(t, rho, G)
+        gamma = _residues_partial_fractions(pc, rho) if method == "linearised" else _residues_float(t, rho, G)
         ell, gamma, Jinv = _polish_float(t, G, ell, gamma)
         fit = _finish_float(t, G, ell, gamma, Jinv)
     ok &= np.all(np.isfinite(fit.ell), axis=1) & np.all(np.isfinite(fit.gamma), axis=1)
