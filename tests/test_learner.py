@@ -45,8 +45,8 @@ def test_exact_recovery_and_counts(d, H):
     assert rec.queries["total"] == oracle.queries
 
 
-@pytest.mark.parametrize("d", [1, 2, 3])
-@pytest.mark.parametrize("H", [1, 2])
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+@pytest.mark.parametrize("H", [1, 2, 3])
 def test_exact_recovery_with_upper_bound(d, H):
     model = random_model(H, d, seed=100 + 10 * d + H)
     oracle = Oracle(model, precision=60)
@@ -86,8 +86,8 @@ def test_exact_paper_nodes(d):
 
 @pytest.mark.parametrize("name", ["duplicate W", "cancelling v", "equal v", "zero function"])
 @pytest.mark.parametrize("bound", ["heads", "max_heads"])
-def test_exact_degenerate(name, bound):
-    d = 3
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+def test_exact_degenerate(name, bound, d):
     model = degenerate_models(d, seed=5)[name]
     with mpmath.workdps(60):  # the merged v_h summed exactly, not at float64 precision
         target = canonical(model.to_mpmath())
@@ -96,7 +96,7 @@ def test_exact_degenerate(name, bound):
     rec = learn(oracle, d, **{bound: n}, seed=3)
     assert rec.heads == target.H
     assert param_error(rec.model, target) <= 1e-40
-    assert oracle.queries == query_budget(d, n)[0]
+    assert (oracle.queries, oracle.max_length) == query_budget(d, n)
 
 
 def test_recovery_in_exact_mode_has_mpmath_entries():
