@@ -11,7 +11,9 @@ For tokens :math:`x, q` and :math:`t\ge 1` copies of :math:`q`, the query
 
 With :math:`c=V^\top q` known, :math:`G=F-c=P/Q`, :math:`\deg P\le n-1`,
 :math:`Q(t)=\prod_h(1+\rho_h t)`, :math:`Q(0)=1`: :math:`2n` unknowns fixed by the
-samples :math:`t=1,\dots,2n`.
+samples :math:`t=1,\dots,2n`. With :math:`s` copies of :math:`x` in front the same function is
+sampled at :math:`t/s`; :func:`ratio_nodes` uses this for better-conditioned nodes (chapter 3).
+The fitting functions take any positive nodes (ints, floats or fractions).
 """
 
 from fractions import Fraction
@@ -75,7 +77,8 @@ def ratio_nodes(n):
     longer than the paper's :math:`2n+1` (the pair :math:`n/(n+1)`, :math:`(n+1)/n` has exactly that
     length); measured in chapter 3 (about :math:`10^2` times
     smaller errors at :math:`n=3` and :math:`10^4` at :math:`n=4` in float64). Used by
-    :func:`attnlearn.learn` with ``nodes="ratios"`` (the robust mode's default).
+    :func:`attnlearn.learn` with ``nodes="ratios"`` (the default in exact mode and with
+    ``robust=True``).
     """
     cands = sorted({Fraction(t, s) for s in range(1, 2 * n + 1) for t in range(1, 2 * n + 1) if s + t <= 2 * n + 1})
     # the two nodes closest to 1, n/(n+1) and (n+1)/n, are the longest queries: 2n + 1 as in the paper
