@@ -4,6 +4,7 @@
     python benchmarks/learner.py --quick      # fast smoke run (small sizes)
     python benchmarks/learner.py --frontier   # float64 frontier table (chapter 4's full sweep)
     python benchmarks/learner.py --frontier --json out.json   # ... and save it
+    python benchmarks/learner.py --exact-grid [--seeds 6] [--nodes copies]  # issue 3's exact grid, 60 digits
 
 Timings: the learner's wall time (oracle included), the oracle's own evaluation time
 (``oracle.elapsed``), the learner's own time (the difference) and its ratio to the oracle's,
@@ -21,7 +22,7 @@ import warnings
 import mpmath
 import numpy as np
 
-from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error, progress
+from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error, progress, query_budget
 
 
 def random_model(d, H, seed):
@@ -109,14 +110,47 @@ def frontier(quick, seeds, path):
         print(f"wrote {path}")
 
 
+def exact_grid(seeds, nodes):
+    """The issue's exact-mode grid: d in {1,2,3,5}, H in {1,2,3,5}, heads=H and max_heads=H+2,
+    60 digits; per cell the worst and median error over the seeds and the count within 1e-40.
+    Query count and longest query are checked against the paper's formulas in every run."""
+    print(f"exact mode, 60 digits, nodes={nodes or 'default (ratios)'}: {seeds} random models per cell")
+    print(f"{'H':>2} {'d':>2} {'bound':<10} | {'worst':>7} {'median':>7} | <= 1e-40 | counts exact")
+    worst_all, t0 = 0.0, time.perf_counter()
+    for H in (1, 2, 3, 5):
+        for d in (1, 2, 3, 5):
+            for bound in ("heads", "max_heads"):
+                n = H if bound == "heads" else H + 2
+                errs, exact_counts = [], True
+                for s in progress(range(seeds), desc=f"H={H} d={d} {bound}"):
+                    model = random_model(d, H, 1000 * H + 10 * d + s)
+                    oracle = Oracle(model, precision=60)
+                    try:
+                        rec = learn(oracle, d, **{bound: n}, seed=s, nodes=nodes)
+                        with mpmath.workdps(60):
+                            errs.append(param_error(rec.model, canonical(model.to_mpmath())))
+                    except RecoveryError:
+                        errs.append(float("inf"))
+                    exact_counts &= (oracle.queries, oracle.max_length) == query_budget(d, n)
+                errs = np.array(errs)
+                worst_all = max(worst_all, errs.max())
+                print(f"{H:>2} {d:>2} {bound:<10} | {errs.max():>7.0e} {np.median(errs):>7.0e} | {int(np.sum(errs <= 1e-40)):>3}/{seeds:<4}"
+                      f" | {exact_counts}", flush=True)
+    print(f"worst over the grid: {worst_all:.1e}; wall time {time.perf_counter() - t0:.0f} s")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run in a few seconds")
     ap.add_argument("--frontier", action="store_true", help="the float64 frontier table instead of timings")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per frontier cell (default 10; 3 with --quick)")
     ap.add_argument("--json", default=None, help="with --frontier: write the table to this JSON file")
+    ap.add_argument("--exact-grid", action="store_true", help="the issue's exact-mode grid at 60 digits instead")
+    ap.add_argument("--nodes", default=None, choices=["copies", "ratios"], help="with --exact-grid: the node family")
     args = ap.parse_args()
-    if args.frontier:
+    if args.exact_grid:
+        exact_grid(args.seeds or 3, args.nodes)
+    elif args.frontier:
         frontier(args.quick, args.seeds or (3 if args.quick else 10), args.json)
     else:
         timings(args.quick)
