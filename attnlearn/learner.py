@@ -377,14 +377,15 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
             fit_rest = _subset(pre, rest)
             check_residuals(fit_rest, tol + 30 * np.sqrt(m) * cerr[rest], m, kstar, labels=[labels[i] for i in rest])
         else:
-            fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
+            def fit_at_constants():  # every configuration but block 1's, at the current constants
+                return fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
                                    labels=[labels[i] for i in rest], method=method)
+
+            fit_rest = fit_at_constants()
             for _ in range(3 if calib is not None else 0):
                 if _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, kstar, eps_out):
                     break
-                fit_rest = fit_checked(ts, F[rest] - cvals[rest, None], kstar,
-                                       tol=tol + 30 * np.sqrt(m) * cerr[rest], labels=[labels[i] for i in rest],
-                                       method=method)
+                fit_rest = fit_at_constants()
     H = kstar
     ell = np.empty((C, H), dtype=object if exact else float)
     gam = np.empty((C, H), dtype=object if exact else float)
@@ -457,16 +458,10 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         lab_ell[k, 0], lab_gam[k, 0] = ell[i0], gam[i0]
         lab_eell[k, 0], lab_egam[k, 0] = err_ell[i0], err_gam[i0]
     if d > 1:
-        refs = [index[("base", k, 0)] for k in range(d) for j in range(1, d)]
-        oth = [index[("base", k, j)] for k in range(d) for j in range(1, d)]
-        lnk = [index[("link", k, j)] for k in range(d) for j in range(1, d)]
-        P = np.stack(
-            [ell[refs][:, :, None] + ell[oth][:, None, :], gam[refs][:, :, None] + gam[oth][:, None, :]], axis=3
-        )
-        O = np.stack([ell[lnk], gam[lnk]], axis=2)
+        refs, oth, lnk = _link_indices(index, d)
+        P, O = _link_sets(ell, gam, refs, oth, lnk)
         sc = _scales(O)
-        etot = (_scaled_err(err_ell, err_gam, sc, refs) + _scaled_err(err_ell, err_gam, sc, oth)
-                + _scaled_err(err_ell, err_gam, sc, lnk))
+        etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (refs, oth, lnk))
         mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=[labels[i] for i in lnk])
         diagnostics["link_residual"], diagnostics["link_margin"] = mt.residual, mt.margin
         # fancy indexing over all links at once: row r is block k = r // (d-1), j = 1 + r % (d-1)
@@ -490,7 +485,8 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     # bound, so an ill-conditioned configuration counts little), batched over blocks, heads
     # and the two unknowns (w from ell in every block, v from gamma in block 1 only: the
     # other blocks' v estimates are not needed, crosses label blocks by their w)
-    A = np.concatenate([U, U[:, :1, :] + U[:, 1:, :]], axis=1)  # (d, 2d - 1, d)
+    rows = uu[: d * per_block]  # u of every base and link configuration, block by block
+    A = rows.reshape(d, per_block, d)  # (d, 2d - 1, d)
     vals = np.concatenate([np.concatenate([lab_ell, link_ell[:, 1:]], axis=1),
                            -np.concatenate([lab_gam[:1], link_gam[:1, 1:]], axis=1)])  # (d+1, 2d-1, H)
     errs = np.concatenate([np.concatenate([lab_eell, link_eell[:, 1:]], axis=1),
@@ -539,8 +535,8 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     if d > 1:
         # every configuration's residues are equations -u^T v_h = gamma once its heads carry
         # block 1's labels: d(2d-1) base and link rows plus d-1 crosses, weighted least squares
-        vm, Ev = _solve_v(U, lab_gam, lab_egam, link_gam, link_egam, perm_k,
-                          np.stack([uu[i] for i in cr]), gam[cr], err_gam[cr], cross_obs)
+        vm, Ev = _solve_v(rows, lab_gam, lab_egam, link_gam, link_egam, perm_k, uu[cr], gam[cr], err_gam[cr],
+                          cross_obs)
     else:
         vm, Ev = vk[0], ev[0]
     # relative first-order bounds, in the Frobenius norms of param_error:
@@ -559,15 +555,15 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     return _finish(oracle, model, queries, max_length, eps_out, estimate, holdout, diagnostics, rng, f, exact)
 
 
-def _solve_v(U, lab_gam, lab_egam, link_gam, link_egam, perm_k, ucross, gcross, egcross, cross_obs):
+def _solve_v(rows, lab_gam, lab_egam, link_gam, link_egam, perm_k, ucross, gcross, egcross, cross_obs):
     r""":math:`v_h` from the residues of every configuration, :math:`\gamma=-u^\top v_h`.
 
     Block :math:`k`'s heads are labelled like block 1 by ``perm_k`` (from the crosses);
-    rows: the base configurations :math:`u_{k,j}`, the links :math:`u_{k,1}+u_{k,j}`, the
-    crosses. Returns ``v`` and its componentwise error bounds, both (H, d).
+    ``rows`` holds the base configurations' :math:`u_{k,j}` and the links'
+    :math:`u_{k,1}+u_{k,j}` block by block, ``ucross`` the crosses'. Returns ``v`` and its
+    componentwise error bounds, both (H, d).
     """
     d, _, H = lab_gam.shape
-    rows = np.concatenate([U, U[:, :1, :] + U[:, 1:, :]], axis=1).reshape(-1, d)  # block by block
     g = np.concatenate([lab_gam, link_gam[:, 1:]], axis=1)  # (d, 2d-1, H) in block labels
     eg = np.concatenate([lab_egam, link_egam[:, 1:]], axis=1)
     kk = np.arange(d)[:, None, None]
@@ -693,9 +689,7 @@ def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rn
     cvec = cq[blk] + np.where(kind == "cross", cq[0], 0.0)
     members = {k: np.nonzero((blk == k) & (kind != "cross"))[0] for k in range(d)}
     block_rows = np.array([members[k] for k in range(d)])  # (d, 2d - 1)
-    refs = np.array([index[("base", k, 0)] for k in range(d) for j in range(1, d)], dtype=int)
-    oth = np.array([index[("base", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
-    lnk = np.array([index[("link", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
+    refs, oth, lnk = _link_indices(index, d)
     per_block = 2 * d - 1
     spent, names, blocks_redrawn = 0, [], []
     redo = np.arange(C)
@@ -726,9 +720,7 @@ def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rn
                 changed[redo] = True
                 chk = np.nonzero(changed[refs] | changed[oth] | changed[lnk])[0]
             r, o, li = refs[chk], oth[chk], lnk[chk]
-            ell, gam = fit_all.ell, fit_all.gamma
-            P = np.stack([ell[r][:, :, None] + ell[o][:, None, :], gam[r][:, :, None] + gam[o][:, None, :]], axis=3)
-            O = np.stack([ell[li], gam[li]], axis=2)
+            P, O = _link_sets(fit_all.ell, fit_all.gamma, r, o, li)
             sc = _scales(O)
             err_ell, err_gam = fit_all.sens[:, 0, :] * eps_in, fit_all.sens[:, 1, :] * eps_in
             etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (r, o, li))
@@ -779,7 +771,7 @@ def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rn
     if not ok_all.all():
         i = int(np.argmin(ok_all))
         raise IllConditionedError(
-            f"{kind[i]}({blk[i] + 1},{jj[i] + 1}): no well-posed interpolation after "
+            f"{labels[i]}: no well-posed interpolation after "
             f"{rounds} rounds of redrawing (non-real or non-positive poles)"
         )
     return spent, names, blocks_redrawn, fit_all
@@ -851,6 +843,23 @@ def _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, H, eps_out):
     return converged
 
 
+def _link_indices(index, d):
+    """Configuration indices of every link (block by block, j = 2..d): its reference base
+    (k,1), its other base (k,j), and the link (k,j) itself."""
+    refs = np.array([index[("base", k, 0)] for k in range(d) for j in range(1, d)], dtype=int)
+    oth = np.array([index[("base", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
+    lnk = np.array([index[("link", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
+    return refs, oth, lnk
+
+
+def _link_sets(ell, gam, ref, oth, lnk):
+    """Candidates ``P[c, a, b]`` = reference head a plus other head b, and the observed link sets
+    ``O`` (DESIGN §4.4), for :func:`attnlearn.matching.match_candidates`."""
+    P = np.stack([ell[ref][:, :, None] + ell[oth][:, None, :], gam[ref][:, :, None] + gam[oth][:, None, :]], axis=3)
+    O = np.stack([ell[lnk], gam[lnk]], axis=2)
+    return P, O
+
+
 def _link_layout(index, d):
     """Index arrays of the blocks k >= 2: their configurations block by block (``all``, 2d - 1
     each: d base then d - 1 links), the first base of each (``first``), and for every link
@@ -880,8 +889,7 @@ def _link_newton(fit, ok, lay, H, eps_out, perm=None, obs=None):
     ell, gam = fit.ell, fit.gamma
     usable = np.ones(len(lnk), dtype=bool)
     if perm is None:
-        P = np.stack([ell[ref][:, :, None] + ell[oth][:, None, :], gam[ref][:, :, None] + gam[oth][:, None, :]], axis=3)
-        O = np.stack([ell[lnk], gam[lnk]], axis=2)
+        P, O = _link_sets(ell, gam, ref, oth, lnk)
         mt = match_candidates(P, O, _scales(O))
         perm, obs = mt.perm, mt.observed
         usable = np.isfinite(mt.residual)  # each observed point used once
