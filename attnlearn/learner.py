@@ -4,6 +4,7 @@ Used in: chapter 4 (introduced, with the exact counts), chapters 5 and 6.
 """
 
 import numbers
+from collections.abc import Sequence
 from fractions import Fraction
 
 import mpmath
@@ -82,6 +83,85 @@ def _unit_rows(rng, n, d):
     +-1, and q = u would give the token x = 0 with probability 1/2)."""
     z = rng.normal(size=(n, d))
     return z / np.linalg.norm(z, axis=1, keepdims=True) * rng.uniform(0.8, 1.2, size=(n, 1))
+
+
+class _Table:
+    """The design's configuration table and its layout (DESIGN §4.4), by arithmetic.
+
+    Block by block (k = 0..d-1): base (k, j) for j = 0..d-1 at ``k(2d-1)+j``, then link
+    (k, j) for j = 1..d-1 at ``k(2d-1)+d+j-1``; then cross k (k = 1..d-1) at
+    ``d(2d-1)+k-1``. ``table[kind, k, j]`` is a position; ``kind``, ``blk``, ``jj`` hold
+    every row's kind, block and j (0 for crosses)."""
+
+    def __init__(self, d):
+        self.d = d
+        self.per_block = pb = 2 * d - 1
+        self.kind = np.array(["base", "link", "cross"])[
+            np.r_[np.tile(np.r_[np.zeros(d, int), np.ones(d - 1, int)], d), np.full(d - 1, 2)]]
+        self.blk = np.concatenate([np.repeat(np.arange(d), pb), np.arange(1, d)])
+        self.jj = np.concatenate([np.tile(np.r_[np.arange(d), np.arange(1, d)], d), np.zeros(d - 1, dtype=int)])
+        self.C = d * pb + d - 1
+
+    def __len__(self):
+        return self.C
+
+    def base(self, k, j):
+        return np.asarray(k) * self.per_block + j
+
+    def link(self, k, j):
+        return np.asarray(k) * self.per_block + self.d + np.asarray(j) - 1
+
+    def cross(self, k):
+        return self.d * self.per_block + np.asarray(k) - 1
+
+    def __getitem__(self, key):
+        kind, k, j = key
+        return int({"base": self.base, "link": self.link}[kind](k, j) if kind != "cross" else self.cross(k))
+
+    def members(self, k):
+        """Positions of block k's base and link configurations (2d - 1, contiguous)."""
+        return np.arange(k * self.per_block, (k + 1) * self.per_block)
+
+    def link_indices(self, blocks=None):
+        """Positions of every link of ``blocks`` (default all; block by block, j = 2..d): its
+        reference base (k,1), its other base (k,j), and the link (k,j) itself."""
+        d = self.d
+        k = np.repeat(np.arange(d) if blocks is None else np.asarray(blocks), d - 1)
+        j = np.tile(np.arange(1, d), len(k) // max(d - 1, 1))
+        return self.base(k, 0), self.base(k, j), self.link(k, j)
+
+
+class _Labels(Sequence):
+    """Configuration names (``base(k,j)``, ``link(k,j)``, ``cross(k)``, counted from 1), formatted
+    only when read: a failing check names one, and tens of thousands of strings cost
+    milliseconds the learner does not need. ``take`` selects positions."""
+
+    def __init__(self, table, pos=None):
+        self.table = table
+        self.pos = pos
+
+    def __len__(self):
+        return len(self.table) if self.pos is None else len(self.pos)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[r] for r in range(*i.indices(len(self)))]
+        c = int(i if self.pos is None else self.pos[i])
+        if c < 0:
+            c += len(self.table)
+        if not 0 <= c < len(self.table):
+            raise IndexError("configuration index out of range")
+        t = self.table
+        kind, k, j = t.kind[c], t.blk[c], t.jj[c]
+        return f"cross({k + 1})" if kind == "cross" else f"{kind}({k + 1},{j + 1})"
+
+    def take(self, idx):
+        idx = np.asarray(idx, dtype=int)
+        return _Labels(self.table, idx if self.pos is None else self.pos[idx])
+
+    def __repr__(self):
+        head = ", ".join(self[i] for i in range(min(len(self), 3)))
+        return f"[{head}{', ...' if len(self) > 3 else ''}] ({len(self)} configurations)"
 
 
 class _Asker:
@@ -295,15 +375,12 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     cross_u = conv(cross_dir * f / np.linalg.norm(to_float(qsum), axis=1, keepdims=True))
 
     # configuration table, block by block: base (k, 1..d), link (k, 2..d); then the crosses
-    per_block = 2 * d - 1
-    kind = np.array((["base"] * d + ["link"] * (d - 1)) * d + ["cross"] * (d - 1))
-    blk = np.concatenate([np.repeat(np.arange(d), per_block), np.arange(1, d)])
-    jj = np.concatenate([np.tile(np.r_[np.arange(d), np.arange(1, d)], d), np.zeros(d - 1, dtype=int)])
+    table = _Table(d)
+    per_block = table.per_block
+    kind, blk, jj = table.kind, table.blk, table.jj
     uu = np.concatenate([np.concatenate([U, U[:, :1] + U[:, 1:]], axis=1).reshape(-1, d), cross_u])
     qq = np.concatenate([np.repeat(Q.T, per_block, axis=0), qsum])
-    configs = (kind, blk, jj)
-    table = list(zip(kind.tolist(), blk.tolist(), jj.tolist()))  # Python scalars: fast to format and hash
-    labels = [f"{kd}({k + 1},{j + 1})" if kd != "cross" else f"cross({k + 1})" for kd, k, j in table]
+    labels = _Labels(table)
     C = len(kind)
     xx = qq - uu
     F = np.empty((C, len(ts)), dtype=object if exact else float)
@@ -312,7 +389,6 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         F[1:] = _ask_nodes(ask, xx[1:], qq[1:], pairs, "the design's queries")
     design_queries = oracle.queries - q0_before
     max_length = max(s + t for s, t in pairs)
-    index = {key: i for i, key in enumerate(table)}
 
     # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
     cq = None
@@ -324,7 +400,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         if kstar > 0:
             _, eps_pre = _tolerances(F, exact, output_error, eps64, oracle)
             redraw_queries, redrawn, redrawn_blocks, pre = _redraw(
-                ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
+                ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
                 rounds=redraw_rounds)
             Q = np.stack(q, axis=1)  # redrawn blocks have new final tokens
 
@@ -340,9 +416,9 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     idx0 = np.nonzero(in_block0)[0]
     if pre is not None:
         fit_b0 = _subset(pre, idx0)
-        check_residuals(fit_b0, tol, len(ts), kstar, labels=[labels[i] for i in idx0])
+        check_residuals(fit_b0, tol, len(ts), kstar, labels=labels.take(idx0))
     else:
-        fit_b0 = fit_checked(ts, F[idx0] - c0, kstar, tol=tol, labels=[labels[i] for i in idx0], method=method)
+        fit_b0 = fit_checked(ts, F[idx0] - c0, kstar, tol=tol, labels=labels.take(idx0), method=method)
     base0 = [i for i in idx0 if kind[i] == "base"]
     pos = {i: p for p, i in enumerate(idx0)}
     X0 = np.stack([xx[i] for i in base0])
@@ -372,18 +448,18 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         if not robust and kstar > 0 and d > 1:
             # paper budget: V^T q_k inherits V's error; re-estimate each block's constant
             # from the link equations, which hold only at the true constant
-            calib = _calibrate_constants(ts, F, cvals, cerr, index, d, kstar, eps_out, method)
+            calib = _calibrate_constants(ts, F, cvals, cerr, table, kstar, eps_out, method)
         if pre is not None:
             fit_rest = _subset(pre, rest)
-            check_residuals(fit_rest, tol + 30 * np.sqrt(m) * cerr[rest], m, kstar, labels=[labels[i] for i in rest])
+            check_residuals(fit_rest, tol + 30 * np.sqrt(m) * cerr[rest], m, kstar, labels=labels.take(rest))
         else:
             def fit_at_constants():  # every configuration but block 1's, at the current constants
                 return fit_checked(ts, F[rest] - cvals[rest, None], kstar, tol=tol + 30 * np.sqrt(m) * cerr[rest],
-                                   labels=[labels[i] for i in rest], method=method)
+                                   labels=labels.take(rest), method=method)
 
             fit_rest = fit_at_constants()
             for _ in range(3 if calib is not None else 0):
-                if _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, kstar, eps_out):
+                if _calibrate_polish(fit_rest, rest, cvals, cerr, calib, table, kstar, eps_out):
                     break
                 fit_rest = fit_at_constants()
     H = kstar
@@ -453,16 +529,15 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     link_gam = np.empty((d, d, H), dtype=ell.dtype)
     link_eell = np.zeros((d, d, H))
     link_egam = np.zeros((d, d, H))
-    for k in range(d):
-        i0 = index[("base", k, 0)]
-        lab_ell[k, 0], lab_gam[k, 0] = ell[i0], gam[i0]
-        lab_eell[k, 0], lab_egam[k, 0] = err_ell[i0], err_gam[i0]
+    i0 = table.base(np.arange(d), 0)
+    lab_ell[:, 0], lab_gam[:, 0] = ell[i0], gam[i0]
+    lab_eell[:, 0], lab_egam[:, 0] = err_ell[i0], err_gam[i0]
     if d > 1:
-        refs, oth, lnk = _link_indices(index, d)
+        refs, oth, lnk = table.link_indices()
         P, O = _link_sets(ell, gam, refs, oth, lnk)
         sc = _scales(O)
         etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (refs, oth, lnk))
-        mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=[labels[i] for i in lnk])
+        mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=labels.take(lnk))
         diagnostics["link_residual"], diagnostics["link_margin"] = mt.residual, mt.margin
         # fancy indexing over all links at once: row r is block k = r // (d-1), j = 1 + r % (d-1)
         oth_a, lnk_a = np.array(oth), np.array(lnk)
@@ -499,24 +574,21 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     perm_k = np.zeros((d, H), dtype=int)
     perm_k[0] = np.arange(H)
     if d > 1:
-        cr = [index[("cross", k, 0)] for k in range(1, d)]
+        cr = table.cross(np.arange(1, d))
+        # candidates P[r, a, b] = (u^T (w_{a,1} + w_{b,k}), -u^T v_a) for cross r (block k = r + 1)
+        ucr = uu[cr]  # (d - 1, d)
         P = np.empty((d - 1, H, H, 2), dtype=ell.dtype)
+        P[..., 0] = ((w[0][None, :, None, None, :] + w[1:][:, None, :, None, :]) @ ucr[:, None, None, :, None])[..., 0, 0]
+        P[..., 1] = -(vk[0][None] @ ucr[:, :, None])[:, :, None, 0]
+        a1 = np.abs(to_float(ucr)).sum(axis=1)[:, None, None]
         pe = np.zeros((d - 1, H, H, 2))
-        for r, i in enumerate(cr):
-            k = r + 1
-            ui = uu[i]
-            a1 = float(np.abs(to_float(ui)).sum())
-            for a in range(H):
-                for b in range(H):
-                    P[r, a, b, 0] = ui.dot(w[0, a] + w[k, b])
-                    P[r, a, b, 1] = -ui.dot(vk[0, a])
-                    pe[r, a, b, 0] = a1 * (ew[0, a].max() + ew[k, b].max())
-                    pe[r, a, b, 1] = a1 * ev[0, a].max()
+        pe[..., 0] = a1 * (ew[0].max(axis=1)[None, :, None] + ew[1:].max(axis=2)[:, None, :])
+        pe[..., 1] = a1 * ev[0].max(axis=1)[None, :, None]
         O = np.stack([ell[cr], gam[cr]], axis=2)
         sc = _scales(O)
         etot = (pe[..., 0] / sc[:, None, None, 0]).max(axis=(1, 2)) + (pe[..., 1] / sc[:, None, None, 1]).max(axis=(1, 2))
         etot = etot + _scaled_err(err_ell, err_gam, sc, cr)
-        mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=[labels[i] for i in cr])
+        mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=labels.take(cr))
         diagnostics["cross_residual"], diagnostics["cross_margin"] = mt.residual, mt.margin
         perm_k[1:] = mt.perm
         cross_obs = mt.observed
@@ -665,7 +737,7 @@ def _subset(fit, idx):
     return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx], fit.shift[idx])
 
 
-def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rng, ask, method, eps_in, rounds):
+def _redraw(ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, H, f, rng, ask, method, eps_in, rounds):
     r"""Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
 
     A configuration is ill-conditioned when its fit fails (non-real or non-positive pole)
@@ -684,13 +756,11 @@ def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rn
     from .rational import fit_masked
 
     d = len(q)
-    kind, blk, jj = configs
+    kind, blk, jj = table.kind, table.blk, table.jj
     C = len(kind)
     cvec = cq[blk] + np.where(kind == "cross", cq[0], 0.0)
-    members = {k: np.nonzero((blk == k) & (kind != "cross"))[0] for k in range(d)}
-    block_rows = np.array([members[k] for k in range(d)])  # (d, 2d - 1)
-    refs, oth, lnk = _link_indices(index, d)
-    per_block = 2 * d - 1
+    block_rows = np.arange(d * table.per_block).reshape(d, -1)  # (d, 2d - 1): each block's members
+    refs, oth, lnk = table.link_indices()
     spent, names, blocks_redrawn = 0, [], []
     redo = np.arange(C)
     fit_all = None
@@ -730,20 +800,18 @@ def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rn
         if not bad.any() or rnd == rounds:
             break
         bad_blocks = [k + 1 for k in np.nonzero(np.median(measure[block_rows[1:]], axis=1) > limit)[0]]
-        affected = set()
+        affected = []
         blocks_redrawn.extend(f"block({k + 1})" for k in bad_blocks)
         for k in bad_blocks:
             q[k] = _unit_rows(rng, 1, d)[0] * np.sqrt(f)
             cq[k] = ask(q[k][None, None, :], f"the constant of redrawn block {k + 1}")[0]
             spent += 1
             U[k] = _unit_rows(rng, d, d) * np.sqrt(f)
-            for i in members[k]:
-                qq[i] = q[k]
-                affected.add(i)
-            i = index[("cross", k, 0)]
+            qq[block_rows[k]] = q[k]
+            i = table.cross(k)
             qq[i] = q[0] + q[k]
             uu[i] = _unit_rows(rng, 1, d)[0] * f / np.linalg.norm(qq[i])
-            affected.add(i)
+            affected += [block_rows[k], [i]]
         # fresh directions, in the order: crosses by block, then u_{k,j} by (k, j); the
         # configuration table's layout gives every index by arithmetic (see _learn)
         sel = np.nonzero(bad)[0]
@@ -752,14 +820,14 @@ def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rn
         cross_k = np.unique(blk[sel[is_c]])
         ukeys = np.unique(blk[sel[~is_c]] * d + jj[sel[~is_c]])
         fresh = _unit_rows(rng, len(cross_k) + len(ukeys), d)
-        ci = per_block * d + cross_k - 1
+        ci = table.cross(cross_k)
         uu[ci] = fresh[: len(cross_k)] * f / np.linalg.norm(qq[ci], axis=1, keepdims=True)
         uk, uj = np.divmod(ukeys, d)
         U[uk, uj] = fresh[len(cross_k):] * np.where(uk == 0, f, np.sqrt(f))[:, None]
         nz = uj != 0
-        parts = [np.array(sorted(affected), dtype=int), ci, uk * per_block + uj, uk[nz] * per_block + d + uj[nz] - 1]
-        parts += [k * per_block + d + np.arange(d - 1) for k in uk[~nz]]  # a new u_{k,1}: every link of block k
-        redo = np.unique(np.concatenate(parts))
+        parts = affected + [ci, table.base(uk, uj), table.link(uk[nz], uj[nz])]
+        parts += [table.link(k, np.arange(1, d)) for k in uk[~nz]]  # a new u_{k,1}: every link of block k
+        redo = np.unique(np.concatenate(parts).astype(int))
         bm, lm = redo[kind[redo] == "base"], redo[kind[redo] == "link"]
         uu[bm] = U[blk[bm], jj[bm]]
         uu[lm] = U[blk[lm], 0] + U[blk[lm], jj[lm]]
@@ -767,17 +835,17 @@ def _redraw(ts, pairs, F, configs, labels, index, U, uu, xx, qq, q, cq, H, f, rn
         cvec[redo] = cq[blk[redo]] + np.where(kind[redo] == "cross", cq[0], 0.0)
         F[redo] = _ask_nodes(ask, xx[redo], qq[redo], pairs, "redrawn configurations")
         spent += len(redo) * len(ts)
-        names.extend(labels[i] for i in redo.tolist())
+        names.append(redo)
     if not ok_all.all():
         i = int(np.argmin(ok_all))
         raise IllConditionedError(
             f"{labels[i]}: no well-posed interpolation after "
             f"{rounds} rounds of redrawing (non-real or non-positive poles)"
         )
-    return spent, names, blocks_redrawn, fit_all
+    return spent, labels.take(np.concatenate(names) if names else []), blocks_redrawn, fit_all
 
 
-def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method):
+def _calibrate_constants(ts, F, cvals, cerr, table, H, eps_out, method):
     r"""Refine :math:`c_k=V^\top q_k` for blocks :math:`k\ge2` from their link equations.
 
     Within block :math:`k` every configuration has the same constant. At the true constant
@@ -798,7 +866,8 @@ def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method):
     """
     from .rational import fit_known_degree, fit_masked
 
-    lay = _link_layout(index, d)
+    d = table.d
+    lay = _link_layout(table)
     start = cvals[lay["first"]].copy()
     G = F[lay["all"]] - np.repeat(start, 2 * d - 1)[:, None]
     if G.dtype == object:
@@ -808,12 +877,12 @@ def _calibrate_constants(ts, F, cvals, cerr, index, d, H, eps_out, method):
         # configuration's link equations get no weight; the final fit checks them all
         fit, ok = fit_masked(ts, G, H, method=method)
     delta, bound, perm, obs = _link_newton(fit, ok, lay, H, eps_out)
-    _apply_constants(cvals, cerr, index, d, start + delta, bound, eps_out)
+    _apply_constants(cvals, cerr, table, start + delta, bound, eps_out)
     return {"steps": [absmax(delta)], "change": to_float(delta), "bound": 3 * bound, "perm": perm, "obs": obs,
             "layout": lay}
 
 
-def _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, H, eps_out):
+def _calibrate_polish(fit_rest, rest, cvals, cerr, calib, table, H, eps_out):
     r"""Next Newton step of :func:`_calibrate_constants`, on the learner's fit of the
     configurations ``rest`` (every block but the first, and the crosses) at the current
     constants. If every block's step is within three times its noise bound, Newton has
@@ -822,34 +891,27 @@ def _calibrate_polish(fit_rest, rest, cvals, cerr, calib, index, d, H, eps_out):
     the linear regime) only the constants move, and the caller refits. Either way each
     constant's error bound becomes three times its noise bound plus the step just taken
     (Newton contracts, so the remaining error is below the last step)."""
+    d = table.d
     lay = calib["layout"]
-    where = {i: p for p, i in enumerate(rest)}
-    rows = np.array([where[i] for i in lay["all"]])
+    where = np.full(len(table), -1)
+    where[rest] = np.arange(len(rest))
+    rows = where[lay["all"]]
     sub = _subset(fit_rest, rows)
     delta, bound, _, _ = _link_newton(sub, np.ones(len(rows), dtype=bool), lay, H, eps_out, calib["perm"], calib["obs"])
     step = np.abs(to_float(delta))
     converged = bool(np.all(step <= 3 * bound))
     if converged:
         per_config = np.repeat(delta, 2 * d - 1)
-        cross_rows = np.array([where[index[("cross", k, 0)]] for k in range(1, d)])
+        cross_rows = where[table.cross(np.arange(1, d))]
         rows = np.concatenate([rows, cross_rows])
         per_config = np.concatenate([per_config, delta])
         fit_rest.ell[rows] = fit_rest.ell[rows] + per_config[:, None] * fit_rest.shift[rows, 0]
         fit_rest.gamma[rows] = fit_rest.gamma[rows] + per_config[:, None] * fit_rest.shift[rows, 1]
-    _apply_constants(cvals, cerr, index, d, cvals[lay["first"]] + delta, bound + step / 3, eps_out)
+    _apply_constants(cvals, cerr, table, cvals[lay["first"]] + delta, bound + step / 3, eps_out)
     calib["steps"].append(float(step.max()) if len(step) else 0.0)
     calib["change"] = calib["change"] + to_float(delta)
     calib["bound"] = 3 * bound + step
     return converged
-
-
-def _link_indices(index, d):
-    """Configuration indices of every link (block by block, j = 2..d): its reference base
-    (k,1), its other base (k,j), and the link (k,j) itself."""
-    refs = np.array([index[("base", k, 0)] for k in range(d) for j in range(1, d)], dtype=int)
-    oth = np.array([index[("base", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
-    lnk = np.array([index[("link", k, j)] for k in range(d) for j in range(1, d)], dtype=int)
-    return refs, oth, lnk
 
 
 def _link_sets(ell, gam, ref, oth, lnk):
@@ -860,20 +922,19 @@ def _link_sets(ell, gam, ref, oth, lnk):
     return P, O
 
 
-def _link_layout(index, d):
+def _link_layout(table):
     """Index arrays of the blocks k >= 2: their configurations block by block (``all``, 2d - 1
-    each: d base then d - 1 links), the first base of each (``first``), and for every link
-    its positions in ``all``: reference base (k,1), other base (k,j), link (k,j)."""
-    blocks = range(1, d)
-    members = [[index[("base", k, j)] for j in range(d)] + [index[("link", k, j)] for j in range(1, d)] for k in blocks]
-    allidx = np.array([i for m in members for i in m])
-    pos = {i: p for p, i in enumerate(allidx)}
+    each: d base then d - 1 links, contiguous in the table), the first base of each
+    (``first``), and for every link its positions in ``all``: reference base (k,1), other
+    base (k,j), link (k,j)."""
+    d, pb = table.d, table.per_block
+    ref, oth, lnk = table.link_indices(np.arange(1, d))
     return {
-        "all": allidx,
-        "first": np.array([index[("base", k, 0)] for k in blocks]),
-        "ref": [pos[index[("base", k, 0)]] for k in blocks for j in range(1, d)],
-        "oth": [pos[index[("base", k, j)]] for k in blocks for j in range(1, d)],
-        "lnk": [pos[index[("link", k, j)]] for k in blocks for j in range(1, d)],
+        "all": np.arange(pb, d * pb),
+        "first": table.base(np.arange(1, d), 0),
+        "ref": ref - pb,
+        "oth": oth - pb,
+        "lnk": lnk - pb,
         "blocks": d - 1,
     }
 
@@ -922,20 +983,16 @@ def _link_newton(fit, ok, lay, H, eps_out, perm=None, obs=None):
     return delta, bound, perm, obs
 
 
-def _apply_constants(cvals, cerr, index, d, c, bound, eps_out):
-    """Set every block k >= 2 configuration's constant to c[k-1] (crosses: c_1 + c_k)."""
-    for b, k in enumerate(range(1, d)):
-        if not np.isfinite(bound[b]):
-            continue
-        for j in range(d):
-            cvals[index[("base", k, j)]] = c[b]
-            cerr[index[("base", k, j)]] = 3 * bound[b]
-        for j in range(1, d):
-            cvals[index[("link", k, j)]] = c[b]
-            cerr[index[("link", k, j)]] = 3 * bound[b]
-        ic = index[("cross", k, 0)]
-        cvals[ic] = cvals[index[("base", 0, 0)]] + c[b]
-        cerr[ic] = eps_out + 3 * bound[b]
+def _apply_constants(cvals, cerr, table, c, bound, eps_out):
+    """Set every block k >= 2 configuration's constant to c[k-1] (crosses: c_1 + c_k); a block
+    whose bound is not finite (no usable link) keeps its constant."""
+    ks = np.nonzero(np.isfinite(bound))[0]  # block k = ks + 1
+    rows = table.members(0)[None, :] + table.per_block * (ks[:, None] + 1)  # (len(ks), 2d - 1)
+    cvals[rows] = np.asarray(c)[ks][:, None]
+    cerr[rows] = 3 * np.asarray(bound)[ks][:, None]
+    ic = table.cross(ks + 1)
+    cvals[ic] = cvals[table.base(0, 0)] + np.asarray(c)[ks]
+    cerr[ic] = eps_out + 3 * np.asarray(bound)[ks]
 
 
 def _check_significant(ell, gam, err_ell, err_gam, labels, S):
