@@ -94,11 +94,17 @@ def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     O = np.asarray(O)
     C, n = O.shape[:2]
     scale = np.broadcast_to(np.asarray(scale, dtype=float), (C, 2))
-    # dist[c, a, b, l]: scaled distance from candidate (a, b) to observed point l
-    diff = P[:, :, :, None, :] - O[:, None, None, :, :]
-    diff = np.abs(to_float(diff)) / scale[:, None, None, None, :]
-    dist = diff.max(axis=4)
-    cost = dist.min(axis=3)  # (C, n, n)
+    # dist[c, a, b, l]: scaled distance from candidate (a, b) to observed point l (component by
+    # component, and the minimum over l as a loop over l: elementwise operations on whole arrays
+    # instead of reductions over axes of length 2 and n, several times faster)
+    dist = None
+    for comp in range(2):
+        diff = to_float(P[:, :, :, None, comp] - O[:, None, None, :, comp])
+        dc = np.abs(diff) / scale[:, None, None, None, comp]
+        dist = dc if dist is None else np.maximum(dist, dc)
+    cost = dist[..., 0] if n else np.zeros((C, 0, 0))
+    for l in range(1, n):
+        cost = np.minimum(cost, dist[..., l])  # (C, n, n)
     # a failed fit upstream (NaN/inf values) must lose every comparison, not break the solver
     cost = np.where(np.isfinite(cost), cost, 1e300)
     if n <= _ENUMERATE:

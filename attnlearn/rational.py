@@ -16,6 +16,7 @@ sampled at :math:`t/s`; :func:`ratio_nodes` uses this for better-conditioned nod
 The fitting functions take any positive nodes (ints, floats or fractions).
 """
 
+import functools
 from fractions import Fraction
 
 import mpmath
@@ -163,23 +164,50 @@ def _pinv_small(A):
         return np.linalg.pinv(np.where(np.isfinite(A), A, 0.0))
 
 
+@functools.lru_cache(maxsize=32)
+def _vandermonde_split(t, n):
+    """Orthonormal bases of the column space of the fixed block :math:`V=[t_i^k]_{k<n}` and of
+    its complement, and :math:`R_1` of :math:`V=Q_1R_1` (cached per node set)."""
+    powers = np.asarray(t, dtype=float)[:, None] ** np.arange(n)[None, :]
+    Qf, R = np.linalg.qr(powers, mode="complete")
+    return Qf[:, :n], Qf[:, n:], R[:n]
+
+
 def _linearised_float(t, G, n):
     r"""Coefficients of :math:`P, Q` from :math:`P(t_i)-G_i(Q(t_i)-1)=G_i` (least squares if overdetermined).
 
     Returns ``(p, qc)`` with ``p`` (C, n) for :math:`t^0..t^{n-1}`, ``qc`` (C, n) for
-    :math:`t^1..t^n`. Columns are equilibrated (scaled to unit norm) before the solve.
+    :math:`t^1..t^n`.
+
+    The system is :math:`Vp+Dq=G` with the fixed Vandermonde block :math:`V=[t_i^k]_{k<n}`
+    and :math:`D=[-G_it_i^k]_{1\le k\le n}`. With :math:`V=Q_1R_1` and :math:`Q_2` an
+    orthonormal basis of the complement (computed once per node set), the least-squares
+    solution is :math:`q` from :math:`Q_2^\top Dq=Q_2^\top G` and
+    :math:`p=R_1^{-1}Q_1^\top(G-Dq)`: an :math:`n\times n` system per configuration when
+    :math:`m=2n` (closed form for :math:`n\le2`) instead of a :math:`2n\times2n` one.
+    Orthogonal transformations: the conditioning is the system's own.
     """
-    t = np.asarray(t, dtype=float)
+    tf = np.asarray(t, dtype=float)
     C, m = G.shape
-    powers = t[None, :, None] ** np.arange(n + 1)[None, None, :]  # (1, m, n+1)
-    A = np.concatenate(
-        [np.broadcast_to(powers[:, :, :n], (C, m, n)), -G[:, :, None] * powers[:, :, 1:]], axis=2
-    )
-    scale = np.linalg.norm(A, axis=1, keepdims=True)
-    scale[scale == 0] = 1.0
-    As = A / scale
-    sol = _solve_ls(As, G[:, :, None])[:, :, 0] / scale[:, 0, :]
-    return sol[:, :n], sol[:, n:]
+    Q1, Q2, R1 = _vandermonde_split(tuple(tf.tolist()), n)
+    D = -G[:, :, None] * (tf[:, None] ** np.arange(1, n + 1)[None, :])[None]  # (C, m, n)
+    M = Q2.T @ D  # (C, m - n, n)
+    r = G @ Q2  # (C, m - n)
+    if m == 2 * n and n == 1:
+        qc = r / M[:, :, 0]
+    elif m == 2 * n and n == 2:
+        # Cramer's rule, vectorised (2x2: forward stable); det = 0 gives non-finite values
+        # that the callers reject
+        a, b, c, d = M[:, 0, 0], M[:, 0, 1], M[:, 1, 0], M[:, 1, 1]
+        det = a * d - b * c
+        qc = np.stack([d * r[:, 0] - b * r[:, 1], a * r[:, 1] - c * r[:, 0]], axis=1) / det[:, None]
+    else:
+        scale = np.linalg.norm(M, axis=1, keepdims=True)
+        scale[scale == 0] = 1.0
+        qc = _solve_ls(M / scale, r[:, :, None])[:, :, 0] / scale[:, 0, :]
+    resid = G - (D @ qc[:, :, None])[:, :, 0]
+    p = np.linalg.solve(R1, Q1.T @ resid.T).T
+    return p, qc
 
 
 def _poles_float(qc):
