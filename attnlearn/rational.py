@@ -129,12 +129,28 @@ def jacobian(t, ell, gamma):
 
     Shapes: ``t`` (m,), ``ell`` and ``gamma`` (C, n); returns (C, m, 2n), float64.
     """
-    rho = np.exp(ell)[:, None, :]
-    tt = np.asarray(t, dtype=float)[None, :, None]
-    den = 1.0 + rho * tt
-    dl = -gamma[:, None, :] * rho * tt / den**2
-    dg = 1.0 / den
-    return np.concatenate([dl, dg], axis=2)
+    return _model_and_jacobian(t, ell, gamma)[1]
+
+
+def _model_and_jacobian(t, ell, gamma, *, jac=True):
+    r""":math:`\sum_h\gamma_h/(1+\rho_ht_i)` (C, m) and, if ``jac``, :func:`jacobian` (C, m, 2n).
+
+    A loop over the n heads of operations on (C, m) arrays: faster than broadcasting over a
+    short trailing axis of length n and reducing it."""
+    t = np.asarray(t, dtype=float)[None, :]
+    rho = np.exp(ell)
+    C, n = ell.shape
+    model = np.zeros((C, t.shape[1]))
+    J = np.empty((C, t.shape[1], 2 * n)) if jac else None
+    for h in range(n):
+        rt = rho[:, h:h + 1] * t
+        dg = 1.0 / (1.0 + rt)
+        gd = gamma[:, h:h + 1] * dg
+        model += gd
+        if jac:
+            J[:, :, n + h] = dg
+            J[:, :, h] = -gd * rt * dg
+    return model, J
 
 
 def _solve_ls(A, b):
@@ -250,9 +266,12 @@ def _residues_partial_fractions(p, rho):
     Pth = np.zeros_like(th)
     for k in range(n - 1, -1, -1):  # Horner
         Pth = Pth * th + p[:, k : k + 1]
-    ratio = rho[:, None, :] / rho[:, :, None]  # [c, h, g] = rho_g / rho_h
-    factors = np.where(np.eye(n, dtype=bool)[None], 1.0, 1.0 - ratio)
-    return Pth / factors.prod(axis=2)
+    den = np.ones_like(rho)
+    for g in range(n):  # prod over g != h of (1 - rho_g / rho_h), for every h at once
+        term = 1.0 - rho[:, g:g + 1] / rho
+        term[:, g] = 1.0
+        den *= term
+    return Pth / den
 
 
 def _polish_float(t, G, ell, gamma, iters=None):
@@ -270,32 +289,40 @@ def _polish_float(t, G, ell, gamma, iters=None):
         iters = 1 if len(t) == 2 * n else 3
     Jinv = None
     for _ in range(iters):
-        model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * t[None, :, None])).sum(axis=2)
-        r = G - model
-        Jinv = _pinv_small(jacobian(t, ell, gamma))
-        step = (Jinv @ r[:, :, None])[:, :, 0]
+        model, J = _model_and_jacobian(t, ell, gamma)
+        Jinv = _pinv_small(J)
+        step = (Jinv @ (G - model)[:, :, None])[:, :, 0]
         ell = ell + step[:, :n]
         gamma = gamma + step[:, n:]
     return ell, gamma, Jinv
 
 
 def _finish_float(t, G, ell, gamma, Jinv=None):
-    order = np.argsort(ell, axis=1)
-    ell = np.take_along_axis(ell, order, axis=1)
-    gamma = np.take_along_axis(gamma, order, axis=1)
     n = ell.shape[1]
+    order = np.argsort(ell, axis=1)
+    if np.any(order != np.arange(n)[None, :]):  # callers pass sorted heads; a step may swap two
+        ell = np.take_along_axis(ell, order, axis=1)
+        gamma = np.take_along_axis(gamma, order, axis=1)
+        if Jinv is not None:  # rows (ell_1..n, gamma_1..n) of the unsorted heads: sort them alike
+            rows = np.concatenate([order, order + n], axis=1)
+            Jinv = np.take_along_axis(Jinv, rows[:, :, None], axis=1)
     if Jinv is None:
         Jinv = _pinv_small(jacobian(t, ell, gamma))
-    else:  # rows (ell_1..n, gamma_1..n) of the unsorted heads: sort them alike
-        rows = np.concatenate([order, order + n], axis=1)
-        Jinv = np.take_along_axis(Jinv, rows[:, :, None], axis=1)
-    absrows = np.abs(Jinv).sum(axis=2)  # (C, 2n)
+    C, k = Jinv.shape[:2]
+    ones = np.ones(Jinv.shape[2])
+    absrows = (np.abs(Jinv).reshape(-1, Jinv.shape[2]) @ ones).reshape(C, k)  # row sums (C, 2n)
+    sh = -(Jinv.reshape(-1, Jinv.shape[2]) @ ones).reshape(C, k)
     sens = np.stack([absrows[:, :n], absrows[:, n:]], axis=1)
-    sh = -Jinv.sum(axis=2)
     shift = np.stack([sh[:, :n], sh[:, n:]], axis=1)
-    model = (gamma[:, None, :] / (1.0 + np.exp(ell)[:, None, :] * np.asarray(t, float)[None, :, None])).sum(axis=2)
+    model, _ = _model_and_jacobian(t, ell, gamma, jac=False)
     residual = np.max(np.abs(G - model), axis=1) if G.shape[1] else np.zeros(len(G))
     return RationalFit(ell, gamma, sens, residual, shift)
+
+
+def _sorted_heads(ell, gamma):
+    """Heads ordered by ell in every row (before the polish, so that its J^+ needs no reordering)."""
+    order = np.argsort(ell, axis=1)
+    return np.take_along_axis(ell, order, axis=1), np.take_along_axis(gamma, order, axis=1)
 
 
 def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
@@ -316,6 +343,7 @@ def _fit_float(t, G, n, *, method="linearised", polish=True, labels=None):
         gamma = _residues_partial_fractions(pc, rho)
     else:
         gamma = _residues_float(t, rho, G)
+    ell, gamma = _sorted_heads(ell, gamma)
     if polish:
         ell, gamma, Jinv = _polish_float(t, G, ell, gamma)
         return _finish_float(t, G, ell, gamma, Jinv)
@@ -346,6 +374,7 @@ def fit_masked(t, G, n, *, method="linearised"):
         rho = np.where(ok[:, None], np.real(rho), np.linspace(0.5, 2.0, n)[None, :])
         ell = np.log(rho)
         gamma = _residues_partial_fractions(pc, rho) if method == "linearised" else _residues_float(t, rho, G)
+        ell, gamma = _sorted_heads(ell, gamma)
         ell, gamma, Jinv = _polish_float(t, G, ell, gamma)
         fit = _finish_float(t, G, ell, gamma, Jinv)
     ok &= np.all(np.isfinite(fit.ell), axis=1) & np.all(np.isfinite(fit.gamma), axis=1)
