@@ -101,6 +101,7 @@ class _Table:
         self.blk = np.concatenate([np.repeat(np.arange(d), pb), np.arange(1, d)])
         self.jj = np.concatenate([np.tile(np.r_[np.arange(d), np.arange(1, d)], d), np.zeros(d - 1, dtype=int)])
         self.C = d * pb + d - 1
+        self.qidx = np.where(self.kind == "cross", d + self.blk - 1, self.blk)  # final token: row of [Q^T; q_1 + q_k]
 
     def __len__(self):
         return self.C
@@ -319,17 +320,19 @@ def _node_pairs(n, nodes):
     return pairs, [Fraction(t, s) for s, t in pairs]
 
 
-def _ask_nodes(ask, x, q, pairs, what, chunk=1024):
-    """F at every node for the configurations (x, q): array (C, 2n).
+def _ask_nodes(ask, u, qtok, qi, pairs, what, chunk=1024):
+    """F at every node for the configurations with final tokens ``qtok[qi]`` and rows ``u``
+    (first token x = q - u): array (C, 2n).
 
     One array of ``smax`` copies of x then ``tmax`` of q holds every query as a slice
     (a view, no copy): s copies of x then t of q end at position smax + t. Built ``chunk``
     configurations at a time: a few MB, reused while still in cache, instead of one array of
     tens of MB whose fresh pages cost more to touch than the oracle takes to read them."""
     smax, tmax = max(s for s, _ in pairs), max(t for _, t in pairs)
-    out = np.empty((len(x), len(pairs)), dtype=object if x.dtype == object else float)
-    for a in range(0, len(x), chunk):
-        full = copies_sequences(x[a: a + chunk], q[a: a + chunk], tmax, s=smax)
+    out = np.empty((len(u), len(pairs)), dtype=object if u.dtype == object else float)
+    for a in range(0, len(u), chunk):
+        q = qtok[qi[a: a + chunk]]
+        full = copies_sequences(q - u[a: a + chunk], q, tmax, s=smax)
         for i, (s, t) in enumerate(pairs):
             out[a: a + chunk, i] = ask(full[:, smax - s: smax + t], f"{what}, s = {s}, t = {t}")
     return out
@@ -354,7 +357,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     q[0] = conv(qdir[0])
     c0 = ask(q[0][None, None, :], "the shared query (q_1)")[0]
     u00 = conv(base_dir[0, 0])
-    F00 = _ask_nodes(ask, conv(q[0] - u00)[None], q[0][None], pairs, "configuration base(1,1)")
+    F00 = _ask_nodes(ask, u00[None], q[0][None], np.zeros(1, dtype=int), pairs, "configuration base(1,1)")
     labels00 = ["base(1,1)"]
     tol_probe, _ = _tolerances(F00, exact, output_error, eps64, oracle)
     kstar, fit00 = fit_min_degree(ts, F00 - c0, n, tol=tol_probe[0], labels=labels00, method=method)
@@ -379,14 +382,14 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     per_block = table.per_block
     kind, blk, jj = table.kind, table.blk, table.jj
     uu = np.concatenate([np.concatenate([U, U[:, :1] + U[:, 1:]], axis=1).reshape(-1, d), cross_u])
-    qq = np.concatenate([np.repeat(Q.T, per_block, axis=0), qsum])
+    qtok = np.concatenate([Q.T, qsum])  # final tokens: q_k (row k), q_1 + q_k (row d + k - 1)
+    qi = table.qidx  # each configuration's row of qtok
     labels = _Labels(table)
     C = len(kind)
-    xx = qq - uu
     F = np.empty((C, len(ts)), dtype=object if exact else float)
     F[0] = F00[0]
     if C > 1:
-        F[1:] = _ask_nodes(ask, xx[1:], qq[1:], pairs, "the design's queries")
+        F[1:] = _ask_nodes(ask, uu[1:], qtok, qi[1:], pairs, "the design's queries")
     design_queries = oracle.queries - q0_before
     max_length = max(s + t for s, t in pairs)
 
@@ -400,7 +403,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         if kstar > 0:
             _, eps_pre = _tolerances(F, exact, output_error, eps64, oracle)
             redraw_queries, redrawn, redrawn_blocks, pre = _redraw(
-                ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
+                ts, pairs, F, labels, table, U, uu, qtok, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
                 rounds=redraw_rounds)
             Q = np.stack(q, axis=1)  # redrawn blocks have new final tokens
 
@@ -421,7 +424,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
         fit_b0 = fit_checked(ts, F[idx0] - c0, kstar, tol=tol, labels=labels.take(idx0), method=method)
     base0 = [i for i in idx0 if kind[i] == "base"]
     pos = {i: p for p, i in enumerate(idx0)}
-    X0 = np.stack([xx[i] for i in base0])
+    X0 = qtok[0] - uu[base0]  # first tokens x = q_1 - u_{1,j}
     F0 = np.array([c0 + (sum(fit_b0.gamma[pos[i]]) if kstar else 0) for i in base0], dtype=X0.dtype)
     V = solve(X0, F0)
     if robust and d > 1:
@@ -440,7 +443,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     if robust:
         cerr[other] = np.where(is_cross[other], 2 * eps_out, eps_out)
     else:
-        cerr[other] = np.abs(to_float(qq[other])).sum(axis=1) * dV
+        cerr[other] = np.abs(to_float(qtok)).sum(axis=1)[qi[other]] * dV
     rest = np.nonzero(~in_block0)[0]
     calib = None
     if len(rest):
@@ -470,7 +473,7 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     for src, idx in ((fit_b0, idx0), (fit_rest if len(rest) else None, rest)):
         if src is None:
             continue
-        ell[idx], gam[idx], sens[idx], resid[idx] = src.ell, src.gamma, src.sens, [float(r) for r in src.residual]
+        ell[idx], gam[idx], sens[idx], resid[idx] = src.ell, src.gamma, src.sens, to_float(src.residual)
     # first-order error bounds of every (ell, gamma): rows of |J^-1| times the sample error
     err_in = eps_out + cerr  # a constant's error shifts every sample
     err_ell = sens[:, 0, :] * err_in[:, None]
@@ -848,7 +851,7 @@ def _subset(fit, idx):
     return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx], fit.shift[idx])
 
 
-def _redraw(ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, H, f, rng, ask, method, eps_in, rounds):
+def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, method, eps_in, rounds):
     r"""Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
 
     A configuration is ill-conditioned when its fit fails (non-real or non-positive pole)
@@ -867,7 +870,7 @@ def _redraw(ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, H, f, rng, ask, m
     from .rational import fit_masked
 
     d = len(q)
-    kind, blk, jj = table.kind, table.blk, table.jj
+    kind, blk, jj, qi = table.kind, table.blk, table.jj, table.qidx
     C = len(kind)
     cvec = cq[blk] + np.where(kind == "cross", cq[0], 0.0)
     block_rows = np.arange(d * table.per_block).reshape(d, -1)  # (d, 2d - 1): each block's members
@@ -918,10 +921,10 @@ def _redraw(ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, H, f, rng, ask, m
             cq[k] = ask(q[k][None, None, :], f"the constant of redrawn block {k + 1}")[0]
             spent += 1
             U[k] = _unit_rows(rng, d, d) * np.sqrt(f)
-            qq[block_rows[k]] = q[k]
+            qtok[k] = q[k]
             i = table.cross(k)
-            qq[i] = q[0] + q[k]
-            uu[i] = _unit_rows(rng, 1, d)[0] * f / np.linalg.norm(qq[i])
+            qtok[qi[i]] = q[0] + q[k]
+            uu[i] = _unit_rows(rng, 1, d)[0] * f / np.linalg.norm(qtok[qi[i]])
             affected += [block_rows[k], [i]]
         # fresh directions, in the order: crosses by block, then u_{k,j} by (k, j); the
         # configuration table's layout gives every index by arithmetic (see _learn)
@@ -932,7 +935,7 @@ def _redraw(ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, H, f, rng, ask, m
         ukeys = np.unique(blk[sel[~is_c]] * d + jj[sel[~is_c]])
         fresh = _unit_rows(rng, len(cross_k) + len(ukeys), d)
         ci = table.cross(cross_k)
-        uu[ci] = fresh[: len(cross_k)] * f / np.linalg.norm(qq[ci], axis=1, keepdims=True)
+        uu[ci] = fresh[: len(cross_k)] * f / np.linalg.norm(qtok[qi[ci]], axis=1, keepdims=True)
         uk, uj = np.divmod(ukeys, d)
         U[uk, uj] = fresh[len(cross_k):] * np.where(uk == 0, f, np.sqrt(f))[:, None]
         nz = uj != 0
@@ -942,9 +945,8 @@ def _redraw(ts, pairs, F, labels, table, U, uu, xx, qq, q, cq, H, f, rng, ask, m
         bm, lm = redo[kind[redo] == "base"], redo[kind[redo] == "link"]
         uu[bm] = U[blk[bm], jj[bm]]
         uu[lm] = U[blk[lm], 0] + U[blk[lm], jj[lm]]
-        xx[redo] = qq[redo] - uu[redo]
         cvec[redo] = cq[blk[redo]] + np.where(kind[redo] == "cross", cq[0], 0.0)
-        F[redo] = _ask_nodes(ask, xx[redo], qq[redo], pairs, "redrawn configurations")
+        F[redo] = _ask_nodes(ask, uu[redo], qtok, qi[redo], pairs, "redrawn configurations")
         spent += len(redo) * len(ts)
         names.append(redo)
     if not ok_all.all():

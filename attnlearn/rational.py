@@ -144,12 +144,12 @@ def _model_and_jacobian(t, ell, gamma, *, jac=True):
     J = np.empty((C, t.shape[1], 2 * n)) if jac else None
     for h in range(n):
         rt = rho[:, h:h + 1] * t
-        dg = 1.0 / (1.0 + rt)
-        gd = gamma[:, h:h + 1] * dg
+        den = 1.0 + rt
+        gd = gamma[:, h:h + 1] / den  # one rounding: the residual G - model limits the polish
         model += gd
         if jac:
-            J[:, :, n + h] = dg
-            J[:, :, h] = -gd * rt * dg
+            J[:, :, n + h] = 1.0 / den
+            J[:, :, h] = -gd * rt / den
     return model, J
 
 
