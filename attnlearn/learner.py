@@ -381,7 +381,11 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     table = _Table(d)
     per_block = table.per_block
     kind, blk, jj = table.kind, table.blk, table.jj
-    uu = np.concatenate([np.concatenate([U, U[:, :1] + U[:, 1:]], axis=1).reshape(-1, d), cross_u])
+    uu = np.empty((table.C, d), dtype=U.dtype)  # rows u of every configuration, filled in place
+    blocks = uu[: d * per_block].reshape(d, per_block, d)
+    blocks[:, :d] = U
+    blocks[:, d:] = U[:, :1] + U[:, 1:]
+    uu[d * per_block:] = cross_u
     qtok = np.concatenate([Q.T, qsum])  # final tokens: q_k (row k), q_1 + q_k (row d + k - 1)
     qi = table.qidx  # each configuration's row of qtok
     labels = _Labels(table)

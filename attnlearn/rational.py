@@ -681,9 +681,12 @@ def check_residuals(fit, tol, m, k, *, labels=None):
     ------
     InconsistentHeadCountError
     """
-    res = np.array([float(r) for r in fit.residual])
+    if 2 * k >= m:
+        return
+    res = np.array([float(r) for r in fit.residual]) if np.asarray(fit.residual).dtype == object else \
+        np.asarray(fit.residual, dtype=float)
     tol = np.broadcast_to(np.asarray(tol, dtype=float), res.shape)
-    if 2 * k < m and np.any(res > tol):
+    if np.any(res > tol):
         c = int(np.argmax(res > tol))
         name = labels[c] if labels is not None else f"configuration {c}"
         raise InconsistentHeadCountError(
