@@ -82,7 +82,8 @@ def _unit_rows(rng, n, d):
     """Random directions with random lengths in [0.8, 1.2] (in d = 1 unit vectors are only
     +-1, and q = u would give the token x = 0 with probability 1/2)."""
     z = rng.normal(size=(n, d))
-    return z / np.linalg.norm(z, axis=1, keepdims=True) * rng.uniform(0.8, 1.2, size=(n, 1))
+    z *= rng.uniform(0.8, 1.2, size=(n, 1)) / np.sqrt(np.einsum("ij,ij->i", z, z))[:, None]
+    return z
 
 
 class _Table:
@@ -175,7 +176,7 @@ class _Asker:
     def __call__(self, Xs, what):
         y = self.oracle.batch(Xs)
         ok = [mpmath.isfinite(v) for v in y] if self.exact else np.isfinite(np.asarray(y, dtype=float))
-        if not all(ok):
+        if not (all(ok) if self.exact else ok.all()):
             raise ValueError(f"the oracle returned a non-finite value (NaN or inf) for {what}")
         return np.asarray(y, dtype=object) if self.exact else np.asarray(y, dtype=float)
 
@@ -371,9 +372,6 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     for k in range(1, d):
         q[k] = conv(qdir[k] * np.sqrt(f))
     Q = np.stack(q, axis=1)  # columns q_k
-    # |u| * |q_k| = f so that ell = u^T W q spreads like f times the probe's (|q_1| = 1)
-    U = conv(base_dir * np.where(np.arange(d) == 0, f, np.sqrt(f))[:, None, None])  # U[k, j] = u_{k,j}
-    U[0, 0] = u00
     qsum = np.stack(q[1:]) + q[0] if d > 1 else np.zeros((0, d))  # final tokens q_1 + q_k of the crosses
     cross_u = conv(cross_dir * f / np.linalg.norm(to_float(qsum), axis=1, keepdims=True))
 
@@ -381,9 +379,12 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     table = _Table(d)
     per_block = table.per_block
     kind, blk, jj = table.kind, table.blk, table.jj
-    uu = np.empty((table.C, d), dtype=U.dtype)  # rows u of every configuration, filled in place
+    uu = np.empty((table.C, d), dtype=object if exact else float)  # rows u of every configuration
     blocks = uu[: d * per_block].reshape(d, per_block, d)
-    blocks[:, :d] = U
+    U = blocks[:, :d]  # U[k, j] = u_{k,j}: a view, so that updates of U are updates of uu
+    # |u| * |q_k| = f so that ell = u^T W q spreads like f times the probe's (|q_1| = 1)
+    U[...] = conv(base_dir * np.where(np.arange(d) == 0, f, np.sqrt(f))[:, None, None])
+    U[0, 0] = u00
     blocks[:, d:] = U[:, :1] + U[:, 1:]
     uu[d * per_block:] = cross_u
     qtok = np.concatenate([Q.T, qsum])  # final tokens: q_k (row k), q_1 + q_k (row d + k - 1)
