@@ -15,7 +15,7 @@ from .canonical import canonical
 from .errors import CheckFailedError, IllConditionedError, NotIdentifiableError
 from .matching import match_candidates
 from .model import MultiHeadAttention
-from .rational import check_residuals, copies_sequences, fit_checked, fit_min_degree, ratio_nodes
+from .rational import check_residuals, fit_checked, fit_min_degree, ratio_nodes
 
 __all__ = ["learn", "Recovery", "query_budget"]
 
@@ -332,8 +332,14 @@ def _ask_nodes(ask, u, qtok, qi, pairs, what, chunk=1024):
     smax, tmax = max(s for s, _ in pairs), max(t for _, t in pairs)
     out = np.empty((len(u), len(pairs)), dtype=object if u.dtype == object else float)
     for a in range(0, len(u), chunk):
-        q = qtok[qi[a: a + chunk]]
-        full = copies_sequences(q - u[a: a + chunk], q, tmax, s=smax)
+        ub = u[a: a + chunk]
+        # copies_sequences(q - u, q, tmax, s=smax), filled in place: q into column smax, x = q - u
+        # into column 0, then the copies (no temporaries)
+        full = np.empty((len(ub), smax + tmax, u.shape[1]), dtype=u.dtype)
+        full[:, smax] = qtok[qi[a: a + chunk]]
+        np.subtract(full[:, smax], ub, out=full[:, 0])
+        full[:, 1:smax] = full[:, :1]
+        full[:, smax + 1:] = full[:, smax: smax + 1]
         for i, (s, t) in enumerate(pairs):
             out[a: a + chunk, i] = ask(full[:, smax - s: smax + t], f"{what}, s = {s}, t = {t}")
     return out
@@ -891,8 +897,11 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
             for name in ("ell", "gamma", "sens", "residual", "shift"):
                 getattr(fit_all, name)[redo] = getattr(fit, name)
             ok_all[redo] = ok
-        rel = np.maximum(fit_all.sens[:, 0, :], fit_all.sens[:, 1, :] / np.maximum(np.abs(fit_all.gamma), 1e-300))
-        measure = np.where(ok_all, rel.max(axis=1), np.inf)
+        if rnd == 0:
+            measure = np.empty(C)
+        sg = fit.sens  # the relative sensitivity of the configurations just fitted
+        rel = np.maximum(sg[:, 0, :], sg[:, 1, :] / np.maximum(np.abs(fit.gamma), 1e-300))
+        measure[redo] = np.where(ok, rel.max(axis=1), np.inf)
         limit = 100 * np.median(measure[ok_all])
         bad = measure > limit
         if rnd == rounds - 1:
@@ -911,8 +920,7 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
             r, o, li = refs[chk], oth[chk], lnk[chk]
             P, O = _link_sets(fit_all.ell, fit_all.gamma, r, o, li)
             sc = _scales(O)
-            err_ell, err_gam = fit_all.sens[:, 0, :] * eps_in, fit_all.sens[:, 1, :] * eps_in
-            etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (r, o, li))
+            etot = eps_in * sum(_scaled_err(fit_all.sens[:, 0, :], fit_all.sens[:, 1, :], sc, idx) for idx in (r, o, li))
             mt = match_candidates(P, O, sc)
             unmatched[chk] = (mt.residual > _safety(False) * etot) | (mt.margin <= 4.0 * mt.residual)
             bad[oth[unmatched]] = True  # redraws u_{k,j}: base (k,j) and link (k,j)

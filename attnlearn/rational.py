@@ -299,8 +299,8 @@ def _polish_float(t, G, ell, gamma, iters=None):
 
 def _finish_float(t, G, ell, gamma, Jinv=None):
     n = ell.shape[1]
-    order = np.argsort(ell, axis=1)
-    if np.any(order != np.arange(n)[None, :]):  # callers pass sorted heads; a step may swap two
+    if n > 1 and np.any(ell[:, 1:] < ell[:, :-1]):  # callers pass sorted heads; a step may swap two
+        order = np.argsort(ell, axis=1)
         ell = np.take_along_axis(ell, order, axis=1)
         gamma = np.take_along_axis(gamma, order, axis=1)
         if Jinv is not None:  # rows (ell_1..n, gamma_1..n) of the unsorted heads: sort them alike
@@ -321,6 +321,9 @@ def _finish_float(t, G, ell, gamma, Jinv=None):
 
 def _sorted_heads(ell, gamma):
     """Heads ordered by ell in every row (before the polish, so that its J^+ needs no reordering)."""
+    if ell.shape[1] == 2:  # a swap where needed: cheaper than argsort and gathers
+        sw = ell[:, 0] > ell[:, 1]
+        return np.where(sw[:, None], ell[:, ::-1], ell), np.where(sw[:, None], gamma[:, ::-1], gamma)
     order = np.argsort(ell, axis=1)
     return np.take_along_axis(ell, order, axis=1), np.take_along_axis(gamma, order, axis=1)
 
