@@ -13,7 +13,7 @@ import numpy as np
 from ._arith import absmax, norm, solve, to_float, to_mp
 from .canonical import canonical
 from .errors import CheckFailedError, IllConditionedError, NotIdentifiableError
-from .matching import match_candidates
+from .matching import Matching, match_candidates
 from .model import MultiHeadAttention
 from .rational import check_residuals, fit_checked, fit_min_degree, ratio_nodes
 
@@ -407,13 +407,14 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     # ---- robust mode: constants asked directly, ill-conditioned configurations redrawn ------
     cq = None
     pre = None  # robust mode: the fits of every configuration, already done while redrawing
+    pre_links = None  # ... and the matching of every link on those fits
     redraw_queries, redrawn, redrawn_blocks = 0, [], []
     if robust and d > 1:
         extra = ask(np.stack(q[1:])[:, None, :], "the block constants (q_k)")
         cq = np.concatenate([[c0], extra])
         if kstar > 0:
             _, eps_pre = _tolerances(F, exact, output_error, eps64, oracle)
-            redraw_queries, redrawn, redrawn_blocks, pre = _redraw(
+            redraw_queries, redrawn, redrawn_blocks, pre, pre_links = _redraw(
                 ts, pairs, F, labels, table, U, uu, qtok, q, cq, kstar, f, rng, ask, method, 2 * eps_pre,
                 rounds=redraw_rounds)
             Q = np.stack(q, axis=1)  # redrawn blocks have new final tokens
@@ -548,10 +549,13 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     lab_eell[:, 0], lab_egam[:, 0] = err_ell[i0], err_gam[i0]
     if d > 1:
         refs, oth, lnk = table.link_indices()
-        P, O = _link_sets(ell, gam, refs, oth, lnk)
-        sc = _scales(O)
+        sc = _scales(np.stack([ell[lnk], gam[lnk]], axis=2))
         etot = sum(_scaled_err(err_ell, err_gam, sc, idx) for idx in (refs, oth, lnk))
-        mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=labels.take(lnk))
+        if pre_links is not None:  # robust mode: the redraw matched these very fits; check its result
+            mt = pre_links.check(_safety(exact) * etot, labels=labels.take(lnk))
+        else:
+            P, O = _link_sets(ell, gam, refs, oth, lnk)
+            mt = match_candidates(P, O, sc, tol=_safety(exact) * etot, labels=labels.take(lnk))
         diagnostics["link_residual"], diagnostics["link_margin"] = mt.residual, mt.margin
         # fancy indexing over all links at once: row r is block k = r // (d-1), j = 1 + r % (d-1)
         oth_a, lnk_a = np.array(oth), np.array(lnk)
@@ -875,8 +879,9 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
     whole block is redrawn with a new :math:`q_k`, its constant asked again, and its
     cross. A link whose matching is ambiguous or fails (the test of the learner, with the
     sample error ``eps_in``) has its ``u_{k,j}`` redrawn. Arrays are updated in place.
-    Returns the number of extra queries, the configurations and the blocks redrawn, and
-    the fits of every configuration.
+    Returns the number of extra queries, the configurations and the blocks redrawn, the
+    fits of every configuration and the matching of every link on those fits (the learner
+    checks it against its own tolerance instead of matching again).
     """
     from .rational import fit_masked
 
@@ -913,6 +918,8 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
             if rnd == 0:
                 unmatched = np.zeros(len(lnk), dtype=bool)
                 chk = np.arange(len(lnk))
+                links = Matching(np.zeros((len(lnk), H), dtype=int), np.zeros(len(lnk)), np.zeros(len(lnk)),
+                                 np.zeros((len(lnk), H), dtype=int))
             else:
                 changed = np.zeros(C, dtype=bool)
                 changed[redo] = True
@@ -923,6 +930,8 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
             etot = eps_in * sum(_scaled_err(fit_all.sens[:, 0, :], fit_all.sens[:, 1, :], sc, idx) for idx in (r, o, li))
             mt = match_candidates(P, O, sc)
             unmatched[chk] = (mt.residual > _safety(False) * etot) | (mt.margin <= 4.0 * mt.residual)
+            for name in ("perm", "observed", "residual", "margin"):  # every link's matching, kept current
+                getattr(links, name)[chk] = getattr(mt, name)
             bad[oth[unmatched]] = True  # redraws u_{k,j}: base (k,j) and link (k,j)
         if not bad.any() or rnd == rounds:
             break
@@ -968,7 +977,8 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
             f"{labels[i]}: no well-posed interpolation after "
             f"{rounds} rounds of redrawing (non-real or non-positive poles)"
         )
-    return spent, labels.take(np.concatenate(names) if names else []), blocks_redrawn, fit_all
+    return spent, labels.take(np.concatenate(names) if names else []), blocks_redrawn, fit_all, \
+        (links if d > 1 and H else None)
 
 
 def _calibrate_constants(ts, F, cvals, cerr, table, H, eps_out, method):

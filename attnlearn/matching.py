@@ -47,6 +47,22 @@ class Matching:
         self.residual = residual
         self.margin = margin
 
+    def check(self, tol, *, ambiguity=4.0, labels=None):
+        """Raise :class:`UnmatchedHeadsError` where the residual exceeds ``tol`` (scalar or (C,))
+        or a wrong candidate comes within ``ambiguity`` times it (see :func:`match_candidates`)."""
+        C = len(self.residual)
+        tol = np.broadcast_to(np.asarray(tol, dtype=float), (C,))
+        bad = (self.residual > tol) | (self.margin <= ambiguity * self.residual)
+        if np.any(bad):
+            c = int(np.argmax(bad))
+            name = labels[c] if labels is not None else f"configuration {c}"
+            what = "no pairing fits" if self.residual[c] > tol[c] else "two pairings fit"
+            raise UnmatchedHeadsError(
+                f"{name}: {what} - scaled residual {self.residual[c]:.2e}, margin to the nearest wrong "
+                f"pairing {self.margin[c]:.2e}, tolerance {tol[c]:.2e}"
+            )
+        return self
+
 
 def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     r"""Pair reference heads with labels so that every candidate lands on an observed point.
@@ -130,15 +146,5 @@ def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     wrong = np.ones((C, n, n), dtype=bool)
     wrong[cidx, rows, perm] = False
     margin = np.where(wrong, cost, np.inf).min(axis=(1, 2)) if n > 1 else np.full(C, np.inf)
-    if tol is not None:
-        tol = np.broadcast_to(np.asarray(tol, dtype=float), (C,))
-        bad = (residual > tol) | (margin <= ambiguity * residual)
-        if np.any(bad):
-            c = int(np.argmax(bad))
-            name = labels[c] if labels is not None else f"configuration {c}"
-            what = "no pairing fits" if residual[c] > tol[c] else "two pairings fit"
-            raise UnmatchedHeadsError(
-                f"{name}: {what} - scaled residual {residual[c]:.2e}, margin to the nearest wrong "
-                f"pairing {margin[c]:.2e}, tolerance {tol[c]:.2e}"
-            )
-    return Matching(perm, residual, margin, observed)
+    mt = Matching(perm, residual, margin, observed)
+    return mt if tol is None else mt.check(tol, ambiguity=ambiguity, labels=labels)
