@@ -1,6 +1,6 @@
 """Benchmark of attnlearn.learn (a script, not a test).
 
-    python benchmarks/learner.py              # timings: float64 and exact mode
+    python benchmarks/learner.py              # timings: float64 (medians of 5 runs) and exact mode
     python benchmarks/learner.py --quick      # fast smoke run (small sizes)
     python benchmarks/learner.py --frontier   # float64 frontier table (chapter 4's full sweep)
     python benchmarks/learner.py --frontier --json out.json   # ... and save it
@@ -56,19 +56,23 @@ def run(d, H, *, precision="float64", robust=False, nodes=None, seed=0, model_se
     return {"wall": wall, "oracle": oracle.elapsed, "error": err, "outcome": outcome, "queries": queries}
 
 
-def timings(quick):
+def timings(quick, repeat):
     f64 = [(4, 2), (8, 2)] if quick else [(16, 2), (64, 2), (32, 3)]
     exact = [(2, 2)] if quick else [(4, 4), (6, 6)]
-    print("float64")
-    print("own s = wall - oracle (the learner's own work); own/oracle is the issue's ratio (target <= 1)")
-    print(f"{'d':>3} {'H':>2} {'mode':<7} {'queries':>7} {'wall s':>8} {'oracle s':>9} {'own s':>8} {'own/or':>6}  error")
+    print(f"float64 (each run {repeat} times, same seeds: medians; own/or range in brackets)")
+    print("own s = wall - oracle (the learner's own work); own/or = own / oracle, the issue's ratio (target <= 1)")
+    print(f"{'d':>3} {'H':>2} {'mode':<7} {'queries':>7} {'wall s':>8} {'oracle s':>9} {'own s':>8} {'own/or':>6}"
+          f" {'[min - max]':>13}  error")
     for d, H in f64:
         for mode, robust, nodes in MODES:
-            r = run(d, H, robust=robust, nodes=nodes, model_seed=d * 10 + H)
-            own = r["wall"] - r["oracle"]
-            ratio = own / r["oracle"] if r["oracle"] > 0 else float("inf")
-            print(f"{d:>3} {H:>2} {mode:<7} {r['queries']:>7} {r['wall']:>8.3f} {r['oracle']:>9.3f} {own:>8.3f}"
-                  f" {ratio:>6.2f}  {r['outcome']}", flush=True)
+            runs = [run(d, H, robust=robust, nodes=nodes, model_seed=d * 10 + H) for _ in range(repeat)]
+            wall = np.array([r["wall"] for r in runs])
+            orc = np.array([r["oracle"] for r in runs])
+            ratio = (wall - orc) / np.maximum(orc, 1e-12)  # measured within each run
+            r = runs[-1]  # seeded: every run gives the same result
+            print(f"{d:>3} {H:>2} {mode:<7} {r['queries']:>7} {np.median(wall):>8.3f} {np.median(orc):>9.3f}"
+                  f" {np.median(wall - orc):>8.3f} {np.median(ratio):>6.2f} [{ratio.min():.2f} - {ratio.max():.2f}]"
+                  f"  {r['outcome']}", flush=True)
     print("\nexact mode, 60 digits")
     print(f"{'d':>3} {'H':>2} {'nodes':<7} {'queries':>7} {'wall s':>8} {'oracle s':>9}  error")
     for d, H in exact:
@@ -145,6 +149,7 @@ def main():
     ap.add_argument("--frontier", action="store_true", help="the float64 frontier table instead of timings")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per frontier cell (default 10; 3 with --quick)")
     ap.add_argument("--json", default=None, help="with --frontier: write the table to this JSON file")
+    ap.add_argument("--repeat", type=int, default=5, help="timings: runs per float64 case (medians; default 5)")
     ap.add_argument("--exact-grid", action="store_true", help="the issue's exact-mode grid at 60 digits instead")
     ap.add_argument("--nodes", default=None, choices=["copies", "ratios"], help="with --exact-grid: the node family")
     args = ap.parse_args()
@@ -153,7 +158,7 @@ def main():
     elif args.frontier:
         frontier(args.quick, args.seeds or (3 if args.quick else 10), args.json)
     else:
-        timings(args.quick)
+        timings(args.quick, args.repeat)
 
 
 if __name__ == "__main__":
