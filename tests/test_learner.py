@@ -243,6 +243,79 @@ def test_weighted_lstsq_rejects_an_outlier():
     assert np.max(np.abs(sol - x)) <= 1e-10
 
 
+def _block_problem(B, d, H, seed, lo=-12, hi=-6):
+    rng = np.random.default_rng(seed)
+    U = rng.normal(size=(B, d, d))
+    A = np.concatenate([U, U[:, :1] + U[:, 1:]], axis=1)  # base rows u_j, then links u_1 + u_j
+    x = rng.normal(size=(B, H, d))
+    errs = 10.0 ** rng.uniform(lo, hi, size=(B, 2 * d - 1, H))
+    y = np.einsum("bmd,bhd->bmh", A, x) + errs * rng.uniform(-1, 1, size=errs.shape)
+    return U, A, x, y, errs
+
+
+@pytest.mark.parametrize("d", [1, 2, 5, 16])
+def test_block_lstsq_is_the_weighted_least_squares(d):
+    # the closed form (arrow normal equations in theta = U w) solves the same weighted problem as
+    # the general solver; its bound is the triangle inequality on the exact row sums
+    from attnlearn.learner import _block_lstsq, _weighted_lstsq
+
+    U, A, x, y, errs = _block_problem(4, d, 3, seed=d)
+    sol, bnd = _block_lstsq(U, y, errs)
+    ref, ref_bnd = _weighted_lstsq(A, y, errs)
+    assert np.max(np.abs(sol - ref) / ref_bnd) <= 1e-3
+    exact = np.empty_like(bnd)  # the row sums of |A_w^+| (SVD pseudo-inverse)
+    for b in range(4):
+        for h in range(3):
+            exact[b, h] = np.abs(np.linalg.pinv(A[b] / errs[b, :, h, None])).sum(axis=1)
+    assert np.all(bnd >= exact * (1 - 1e-9)) and np.all(bnd <= 2.0 * exact)
+    assert np.all(np.abs(sol - x) <= bnd)  # errors within their bounds: within the bound
+
+
+def test_block_lstsq_rejects_an_outlier():
+    from attnlearn.learner import _block_lstsq
+
+    U, A, x, y, errs = _block_problem(2, 6, 2, seed=3)
+    y[1, 8, 0] += 1e-3  # a link row far outside its error bound
+    sol, bnd = _block_lstsq(U, y, errs)
+    assert np.all(np.abs(sol - x) <= bnd)
+
+
+def test_block_lstsq_exact_mode_is_exact():
+    # consistent equations in mpmath: rounded (float64) weights must not cost a digit
+    from attnlearn.learner import _block_lstsq
+
+    rng = np.random.default_rng(4)
+    d, H = 3, 2
+    with mpmath.workdps(60):
+        U = al._arith.to_mp(rng.normal(size=(1, d, d)))
+        A = np.concatenate([U, U[:, :1] + U[:, 1:]], axis=1)
+        x = al._arith.to_mp(rng.normal(size=(1, H, d)))
+        y = np.array([[[sum(A[0, i, k] * x[0, h, k] for k in range(d)) for h in range(H)]
+                       for i in range(2 * d - 1)]], dtype=object)
+        sol, _ = _block_lstsq(U, y, 10.0 ** rng.uniform(-50, -40, size=(1, 2 * d - 1, H)))
+        assert max(abs(a - b) for a, b in zip(sol.ravel(), x.ravel())) < mpmath.mpf(10) ** -55
+
+
+def test_configuration_table_and_labels():
+    from attnlearn.learner import _Labels, _Table
+
+    d = 4
+    table = _Table(d)
+    assert len(table) == 2 * d * d - 1
+    for kind, k, j in [("base", 0, 0), ("base", 2, 3), ("link", 1, 1), ("link", 3, 3), ("cross", 1, 0), ("cross", 3, 0)]:
+        i = table[kind, k, j]
+        assert (table.kind[i], table.blk[i], table.jj[i]) == (kind, k, j)
+    ref, oth, lnk = table.link_indices()
+    assert len(ref) == d * (d - 1) and np.all(table.jj[oth] == table.jj[lnk]) and np.all(table.jj[ref] == 0)
+    labels = _Labels(table)
+    assert len(labels) == len(table)
+    assert labels[table["link", 1, 2]] == "link(2,3)" and labels[table["cross", 2, 0]] == "cross(3)"
+    sub = labels.take([0, table["cross", 1, 0]])
+    assert list(sub) == ["base(1,1)", "cross(2)"] and sub[-1] == "cross(2)"
+    with pytest.raises(IndexError, match="configuration index out of range"):
+        labels[len(table)]
+
+
 def test_zero_function_float64():
     model = degenerate_models(2, 1)["zero function"]
     rec = learn(Oracle(model), 2, heads=2)

@@ -63,3 +63,13 @@ def test_margin_reported():
     P, O, _ = link_problem(4, 3)
     m = match_candidates(P, O, np.ones(2))
     assert m.margin[0] > 10 * max(m.residual[0], 1e-15)
+
+
+def test_matching_check_against_a_new_tolerance():
+    # Matching.check re-judges a stored matching (robust mode checks the redraw's matching
+    # against the learner's own tolerance instead of matching again)
+    P, O, perm = link_problem(3, 5, noise=1e-6)
+    m = match_candidates(P, O, np.ones(2))
+    assert m.check(1e-3) is m
+    with pytest.raises(UnmatchedHeadsError, match=r"link\(9,9\): no pairing fits - scaled residual"):
+        m.check(1e-9, labels=["link(9,9)"])
