@@ -271,7 +271,7 @@ def learn(
 
     Three refinements of the paper's square solves, none costing a query (chapter 4): each block's
     :math:`2d-1` base and link equations are solved by least squares weighted by their
-    first-order error bounds (:func:`_weighted_lstsq`), :math:`v_h` from the residues of every
+    first-order error bounds (in closed form, :func:`_block_lstsq`), :math:`v_h` from the residues of every
     configuration once the crosses have labelled the blocks, and the derived constants
     :math:`V^\top q_k` are refined by Newton steps against the link equations
     (:func:`_calibrate_constants`).
@@ -325,7 +325,8 @@ def _ask_nodes(ask, u, qtok, qi, pairs, what, chunk=1024):
     """F at every node for the configurations with final tokens ``qtok[qi]`` and rows ``u``
     (first token x = q - u): array (C, 2n).
 
-    One array of ``smax`` copies of x then ``tmax`` of q holds every query as a slice
+    One array of ``smax`` copies of x then ``tmax`` of q (:func:`attnlearn.rational.copies_sequences`,
+    filled in place here) holds every query as a slice
     (a view, no copy): s copies of x then t of q end at position smax + t. Built ``chunk``
     configurations at a time: a few MB, reused while still in cache, instead of one array of
     tens of MB whose fresh pages cost more to touch than the oracle takes to read them."""

@@ -614,8 +614,9 @@ def fit_known_degree(t, G, n, *, method="linearised", polish=True, labels=None):
     n : int
         Number of poles (canonical heads).
     method : {"linearised", "loewner"}, keyword-only
-        float64 only: the linearised system :math:`P(t_i)-G_iQ(t_i)=0` with equilibrated
-        columns, or the shifted Loewner pencil [1]_. Chapter 3 compares them.
+        float64 only: the linearised system :math:`P(t_i)-G_iQ(t_i)=0`, projected off its
+        fixed Vandermonde block (:func:`_linearised_float`), or the shifted Loewner pencil
+        [1]_. Chapter 3 compares them.
     polish : bool, keyword-only
         float64 only: finish with Gauss-Newton steps on :math:`(\ell,\gamma)`.
     labels : list of str, optional
