@@ -6,7 +6,7 @@ Used in: chapter 1 (claim C1, and why it fails per head on multi-head models).
 import mpmath
 import numpy as np
 
-from ._arith import is_mp, mp_log, norm, to_float, to_mp
+from ._arith import is_mp, mp_log, norm, to_mp
 from .errors import NotIdentifiableError, RecoveryError
 from .model import MultiHeadAttention
 
