@@ -120,9 +120,9 @@ class _Table:
         kind, k, j = key
         return int({"base": self.base, "link": self.link}[kind](k, j) if kind != "cross" else self.cross(k))
 
-    def members(self, k):
-        """Positions of block k's base and link configurations (2d - 1, contiguous)."""
-        return np.arange(k * self.per_block, (k + 1) * self.per_block)
+    def block_rows(self):
+        """(d, 2d - 1): row k holds the positions of block k's base and link configurations."""
+        return np.arange(self.d * self.per_block).reshape(self.d, self.per_block)
 
     def link_indices(self, blocks=None):
         """Positions of every link of ``blocks`` (default all; block by block, j = 2..d): its
@@ -580,12 +580,11 @@ def _learn(oracle, d, n, seed, robust, output_error, holdout, spread, method, ex
     # and the two unknowns (w from ell in every block, v from gamma in block 1 only: the
     # other blocks' v estimates are not needed, crosses label blocks by their w)
     rows = uu[: d * per_block]  # u of every base and link configuration, block by block
-    A = rows.reshape(d, per_block, d)  # (d, 2d - 1, d)
     vals = np.concatenate([np.concatenate([lab_ell, link_ell[:, 1:]], axis=1),
                            -np.concatenate([lab_gam[:1], link_gam[:1, 1:]], axis=1)])  # (d+1, 2d-1, H)
     errs = np.concatenate([np.concatenate([lab_eell, link_eell[:, 1:]], axis=1),
                            np.concatenate([lab_egam[:1], link_egam[:1, 1:]], axis=1)])
-    sol, bnd = _block_lstsq(np.concatenate([A[:, :d], A[:1, :d]]), vals, errs)  # (d+1, H, d) each
+    sol, bnd = _block_lstsq(np.concatenate([U, U[:1]]), vals, errs)  # (d+1, H, d) each
     w[:], vk[0] = sol[:d], sol[d]
     ew[:], ev[0] = bnd[:d], bnd[d]
 
@@ -676,6 +675,12 @@ def _solve_v(rows, lab_gam, lab_egam, link_gam, link_egam, perm_k, ucross, gcros
     return sol[0], bnd[0]
 
 
+def _row_errors(errs):
+    """(B, m, H) error bounds as (B, H, m) row scales: non-finite ones weight their row out
+    (1e300), zero ones are floored at 1e-300 (the weights stay finite)."""
+    return np.where(np.isfinite(errs), np.maximum(errs, 1e-300), 1e300).transpose(0, 2, 1)
+
+
 def _weighted_lstsq(A, vals, errs):
     r"""Solve every :math:`A_b x = y_{b,h}` by least squares weighted by the rows' error bounds.
 
@@ -688,7 +693,7 @@ def _weighted_lstsq(A, vals, errs):
     outlier, weighted out, and the systems re-solved (at most twice). Exact mode: mpmath QR
     per system (the weights and bounds stay float64: they only rank the rows).
     """
-    e = np.where(np.isfinite(errs), np.maximum(errs, 1e-300), 1e300).transpose(0, 2, 1)  # (B, H, m)
+    e = _row_errors(errs)  # (B, H, m)
     Af = to_float(A)[:, None, :, :]
     for _ in range(3):
         Aw = Af / e[..., None]  # (B, H, m, d)
@@ -786,7 +791,7 @@ def _block_lstsq(U, vals, errs):
     B, m, H = vals.shape
     d = U.shape[1]
     exact = vals.dtype == object
-    e = np.where(np.isfinite(errs), np.maximum(errs, 1e-300), 1e300).transpose(0, 2, 1)  # (B, H, m)
+    e = _row_errors(errs)  # (B, H, m)
     Ui = np.linalg.inv(to_float(U))  # (B, d, d): columns ubar_j
     yv = vals.transpose(0, 2, 1)  # (B, H, m)
     y1, yj, zj = yv[..., 0], yv[..., 1:d], yv[..., d:]
@@ -814,7 +819,8 @@ def _block_lstsq(U, vals, errs):
         # the triangle inequality on its two parts (matrix products instead of an (H, d, 2d-1)
         # array per block; at most 1.6x the exact row sums, median 1.01, over the benchmark runs)
         g = Ui[:, :, 0][:, None, :] - (Ui[:, :, 1:] @ be.transpose(0, 2, 1)).transpose(0, 2, 1)  # (B, H, d)
-        E = (np.abs(lam) * e).sum(axis=2, keepdims=True)
+        le = np.abs(lam) * e
+        E = le.sum(axis=2, keepdims=True)
         bnd = np.abs(g) * E + (np.abs(Ui[:, :, 1:]) @ (al * eyj + be * ezj).transpose(0, 2, 1)).transpose(0, 2, 1)
         bnd = np.where(np.isfinite(S)[..., None] & (S > 0)[..., None], bnd, np.inf)
         # scaled residuals of every row, and the hat-matrix limit 1 + sum_c |P_rc| (closed form:
@@ -824,12 +830,10 @@ def _block_lstsq(U, vals, errs):
         res = np.abs(res) / e
         if not (res > 1.0).any():
             break
-        le = np.abs(lam) * e
-        E0 = le.sum(axis=2, keepdims=True)
-        rest = E0 - le[..., 1:d] - le[..., d:]
+        rest = E - le[..., 1:d] - le[..., d:]
         lim_y = be * rest + np.abs(al - be * lam[..., 1:d]) * eyj + np.abs(be - be * lam[..., d:]) * ezj
         lim_z = al * rest + np.abs(al + al * lam[..., 1:d]) * eyj + np.abs(be + al * lam[..., d:]) * ezj
-        lim = 1.0 + np.concatenate([E0, lim_y, lim_z], axis=2) / e
+        lim = 1.0 + np.concatenate([E, lim_y, lim_z], axis=2) / e
         outlier = res > lim
         if not outlier.any():
             break
@@ -889,8 +893,11 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
     d = len(q)
     kind, blk, jj, qi = table.kind, table.blk, table.jj, table.qidx
     C = len(kind)
-    cvec = cq[blk] + np.where(kind == "cross", cq[0], 0.0)
-    block_rows = np.arange(d * table.per_block).reshape(d, -1)  # (d, 2d - 1): each block's members
+    def constant(idx):  # V^T of each configuration's final token: c_k, or c_1 + c_k for a cross
+        return cq[blk[idx]] + np.where(kind[idx] == "cross", cq[0], 0.0)
+
+    cvec = constant(np.arange(C))
+    block_rows = table.block_rows()
     refs, oth, lnk = table.link_indices()
     spent, names, blocks_redrawn = 0, [], []
     redo = np.arange(C)
@@ -968,7 +975,7 @@ def _redraw(ts, pairs, F, labels, table, U, uu, qtok, q, cq, H, f, rng, ask, met
         bm, lm = redo[kind[redo] == "base"], redo[kind[redo] == "link"]
         uu[bm] = U[blk[bm], jj[bm]]
         uu[lm] = U[blk[lm], 0] + U[blk[lm], jj[lm]]
-        cvec[redo] = cq[blk[redo]] + np.where(kind[redo] == "cross", cq[0], 0.0)
+        cvec[redo] = constant(redo)
         F[redo] = _ask_nodes(ask, uu[redo], qtok, qi[redo], pairs, "redrawn configurations")
         spent += len(redo) * len(ts)
         names.append(redo)
@@ -1067,7 +1074,7 @@ def _link_layout(table):
     d, pb = table.d, table.per_block
     ref, oth, lnk = table.link_indices(np.arange(1, d))
     return {
-        "all": np.arange(pb, d * pb),
+        "all": table.block_rows()[1:].ravel(),
         "first": table.base(np.arange(1, d), 0),
         "ref": ref - pb,
         "oth": oth - pb,
@@ -1124,7 +1131,7 @@ def _apply_constants(cvals, cerr, table, c, bound, eps_out):
     """Set every block k >= 2 configuration's constant to c[k-1] (crosses: c_1 + c_k); a block
     whose bound is not finite (no usable link) keeps its constant."""
     ks = np.nonzero(np.isfinite(bound))[0]  # block k = ks + 1
-    rows = table.members(0)[None, :] + table.per_block * (ks[:, None] + 1)  # (len(ks), 2d - 1)
+    rows = table.block_rows()[ks + 1]  # (len(ks), 2d - 1)
     cvals[rows] = np.asarray(c)[ks][:, None]
     cerr[rows] = 3 * np.asarray(bound)[ks][:, None]
     ic = table.cross(ks + 1)

@@ -22,6 +22,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 
+from ._arith import to_float
 from .errors import InconsistentHeadCountError, PoleError
 
 __all__ = [
@@ -347,10 +348,10 @@ def _polish_float(t, G, ell, gamma, iters=None):
     """
     t = np.asarray(t, dtype=float)
     n = ell.shape[1]
-    if iters is None:
-        iters = 1 if len(t) == 2 * n else 3
-    Jinv = None
     square = len(t) == 2 * n
+    if iters is None:
+        iters = 1 if square else 3
+    Jinv = None
     for _ in range(iters):
         model, J = _model_and_jacobian(t, ell, gamma, jac=not square)
         Jinv = _jacobian_inverse_square(t, ell, gamma) if square else _pinv_small(J)
@@ -515,6 +516,13 @@ def _mpnode(t):
     return mpmath.mpf(t)
 
 
+def _mp_jacobian(tt, rho, gamma):
+    """:func:`jacobian` of one configuration in mpmath: nodes ``tt`` and ``rho`` as mpf."""
+    n = len(rho)
+    return mpmath.matrix([[-gamma[h] * rho[h] * ti / (1 + rho[h] * ti) ** 2 for h in range(n)]
+                          + [1 / (1 + rho[h] * ti) for h in range(n)] for ti in tt])
+
+
 def _fit_mp_one(t, G, n, label):
     """Exact-mode fit of one configuration at the current mpmath precision."""
     m = len(t)
@@ -557,8 +565,7 @@ def _fit_mp_one(t, G, n, label):
         tt = [_mpnode(ti) for ti in t]
         for _ in range(3):
             rho = [mpmath.exp(e) for e in ell]
-            J = mpmath.matrix([[-gamma[h] * rho[h] * ti / (1 + rho[h] * ti) ** 2 for h in range(n)]
-                               + [1 / (1 + rho[h] * ti) for h in range(n)] for ti in tt])
+            J = _mp_jacobian(tt, rho, gamma)
             r = mpmath.matrix([G[i] - mpmath.fsum(gamma[h] / (1 + rho[h] * tt[i]) for h in range(n)) for i in range(m)])
             step, _ = mpmath.qr_solve(J, r)
             ell = [ell[h] + step[h] for h in range(n)]
@@ -585,13 +592,7 @@ def _fit_mp(t, G, n, labels=None):
     for c in range(C):
         if n == 0:
             break
-        rho = [mpmath.exp(e) for e in ell[c]]
-        rows = []
-        for ti in t:
-            ti = _mpnode(ti)
-            rows.append([-gamma[c, h] * rho[h] * ti / (1 + rho[h] * ti) ** 2 for h in range(n)]
-                        + [1 / (1 + rho[h] * ti) for h in range(n)])
-        J = mpmath.matrix(rows)
+        J = _mp_jacobian([_mpnode(ti) for ti in t], [mpmath.exp(e) for e in ell[c]], gamma[c])
         Jp = J**-1 if len(t) == 2 * n else (J.T * J) ** -1 * J.T
         absrow = [float(mpmath.fsum(abs(Jp[i, j]) for j in range(len(t)))) for i in range(2 * n)]
         sh = [-float(mpmath.fsum(Jp[i, j] for j in range(len(t)))) for i in range(2 * n)]
@@ -750,8 +751,7 @@ def check_residuals(fit, tol, m, k, *, labels=None):
     """
     if 2 * k >= m:
         return
-    res = np.array([float(r) for r in fit.residual]) if np.asarray(fit.residual).dtype == object else \
-        np.asarray(fit.residual, dtype=float)
+    res = to_float(fit.residual)
     tol = np.broadcast_to(np.asarray(tol, dtype=float), res.shape)
     if np.any(res > tol):
         c = int(np.argmax(res > tol))
