@@ -52,7 +52,7 @@ import numbers
 import mpmath
 import numpy as np
 
-from ._arith import as_real_array, is_mp, mp_exp, to_float, to_mp
+from ._arith import as_real_array, is_mp, mp_exp, orthonormal_columns, to_float, to_mp
 from .canonical import canonical
 from .errors import CheckFailedError, RecoveryError
 from .learner import learn
@@ -572,7 +572,7 @@ def _steps(oracle, d, att, q_att, seed, exact, holdout, grid, perturbation, max_
         return list(y) if exact else [float(v) for v in y]
 
     # ---- step 2: kinks along the half circle q(theta) = cos(theta) q0 + sin(theta) delta --
-    Z = np.linalg.qr(rng.normal(size=(d, 2)))[0]
+    Z = orthonormal_columns(rng.normal(size=(d, 2)))  # not LAPACK: the same queries on every CPU
     q0, delta = N.arr(Z[:, 0]), N.arr(Z[:, 1])
 
     def point(t):
@@ -614,7 +614,7 @@ def _steps(oracle, d, att, q_att, seed, exact, holdout, grid, perturbation, max_
         tm = (lo + hi) / 2
         qhat = point(tm)
         rel = perturbation * float(abs(N.sin((hi - lo) / 2)))
-        Urot = np.linalg.qr(rng.normal(size=(d, d)))[0]
+        Urot = orthonormal_columns(rng.normal(size=(d, d)))
         for attempt in range(max_shrinks + 1):
             R = math.sqrt(1.0 / (rel * Wnorm)) if Hn else 1.0
             R = min(max(R, 1.0), 1e6)
