@@ -107,7 +107,7 @@ def trial(d, H, noise, eps, s):
     except Warning as w:  # warnings are errors here (see _cell): recorded, never silent
         return {"o": "warning: " + type(w).__name__, "t": _g(told)}
     err = param_error(rec.model, canonical(model))
-    margins = [np.min(rec.diagnostics[k]) for k in ("link_margin", "cross_margin") if k in rec.diagnostics]
+    margins = [np.min(rec.diagnostics[k]) for k in ("link_margin", "cross_margin") if rec.diagnostics[k] is not None]
     margin = float(min(margins)) if margins else float("inf")
     # e is None when the error is infinite (a wrong head count): always a silent failure
     return {"o": "ok", "t": _g(told), "h": rec.heads, "e": _g(err), "b": _g(rec.error_estimate), "u": _g(rec.output_error),
