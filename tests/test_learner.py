@@ -6,11 +6,7 @@ import pytest
 
 import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, learn, param_error, query_budget
-
-
-def random_model(H, d, seed):
-    rng = np.random.default_rng(seed)
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+from attnlearn.model import random_model
 
 
 def degenerate_models(d, seed):
@@ -100,7 +96,7 @@ def test_exact_degenerate(name, bound, d):
 
 
 def test_recovery_in_exact_mode_has_mpmath_entries():
-    oracle = Oracle(random_model(2, 2, 0), precision=40)
+    oracle = Oracle(random_model(2, 2, seed=0), precision=40)
     rec = learn(oracle, 2, heads=2)
     assert isinstance(rec.model.W[0, 0, 0], mpmath.mpf)
     assert rec.model.exact
@@ -338,17 +334,17 @@ def test_zero_function_float64():
 )
 def test_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
-        learn(Oracle(random_model(1, 2, 0)), 2, **kwargs)
+        learn(Oracle(random_model(1, 2, seed=0)), 2, **kwargs)
 
 
 def test_wrong_width():
     with pytest.raises(ValueError, match="does not match the oracle's token width 2"):
-        learn(Oracle(random_model(1, 2, 0)), 3, heads=1)
+        learn(Oracle(random_model(1, 2, seed=0)), 3, heads=1)
 
 
 def test_robust_in_exact_mode_is_rejected():
     with pytest.raises(ValueError, match="robust=True is a float64 mode"):
-        learn(Oracle(random_model(1, 2, 0), precision=30), 2, heads=1, robust=True)
+        learn(Oracle(random_model(1, 2, seed=0), precision=30), 2, heads=1, robust=True)
 
 
 class NaNOracle:

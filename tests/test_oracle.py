@@ -5,15 +5,12 @@ import numpy as np
 import pytest
 
 from attnlearn import Float32Rounding, GaussianNoise, MultiHeadAttention, Oracle, UniformNoise
-
-
-def random_model(rng, H, d):
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+from attnlearn.model import random_model
 
 
 @pytest.fixture
 def model():
-    return random_model(np.random.default_rng(10), 2, 3)
+    return random_model(2, 3, seed=np.random.default_rng(10))
 
 
 # --- counting -------------------------------------------------------------------------
