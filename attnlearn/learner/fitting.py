@@ -55,7 +55,7 @@ def sample_errors(F, output_error, tol):
         eps_out = tol.output_rounding * max(Fmax, tol.output_floor)
     m = F.shape[1]
     if tol.exact and output_error is None:
-        res = tol.exact_residual * max(Fmax, 1.0)
+        res = tol.exact_residual * max(Fmax, tol.output_floor)
     else:
         res = tol.fit_tolerance(m, eps_out)
     return SampleErrors(eps_out, np.full(F.shape[0], res) if F.shape[0] == 1 else res)

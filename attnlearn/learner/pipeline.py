@@ -220,7 +220,7 @@ def _pipeline(oracle, opt, tol):
     collect_fits(state, [(fit1, idx1), (fit_rest, rest)], H, errors.output)
     check_fits(state, design.labels, opt.n, heads_given=opt.heads_given, output_error=opt.output_error,
                eps_out=errors.output, tol=tol)
-    diag = _diagnostics(state, design, nodes, V, pre, calib, probe_ell)
+    diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe_ell=probe_ell)
     # ---- labelling and solves: links label each block, crosses label the blocks
     if H == 0:
         model, estimate = _zero_function(d, opt, errors, tol), 0.0
@@ -240,7 +240,7 @@ def _pipeline(oracle, opt, tol):
                   estimate=estimate, holdout=opt.holdout, rng=rng, f=design.f, tol=tol)
 
 
-def _diagnostics(state, design, nodes, V, pre, calib, probe_ell):
+def _diagnostics(state, design, nodes, *, V, pre, calib, probe_ell):
     H = state.H
     return Diagnostics(
         labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
