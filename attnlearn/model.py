@@ -32,7 +32,45 @@ def check_sequences(Xs, d, *, batch):
     return as_real_array(arr, "sequence")
 
 
-class MultiHeadAttention:
+class _ReadAtFinalToken:
+    """What the package's models share: heads ``W`` of shape (H, d, d), and evaluation of one
+    sequence or of a batch, vectorised in float64 and in mpmath on object arrays (the subclass
+    gives ``_batch_float`` and ``_batch_mp``)."""
+
+    @property
+    def H(self):
+        """Number of attention heads."""
+        return self.W.shape[0]
+
+    @property
+    def d(self):
+        """Token width."""
+        return self.W.shape[1]
+
+    @property
+    def exact(self):
+        """True when the parameters are mpmath numbers."""
+        return is_mp(self.W)
+
+    def __call__(self, X):
+        """Output for one sequence ``X`` of shape ``(N, d)``."""
+        X = check_sequences(X, self.d, batch=False)
+        out = self.batch(X[None])[0]
+        return out if is_mp(out) else float(out)
+
+    def batch(self, Xs):
+        """Outputs for a batch ``Xs`` of shape ``(n, N, d)``; returns shape ``(n,)``.
+
+        Vectorised over the batch in float64; in mpmath the same formula runs on object
+        arrays (exact mode is for small problems).
+        """
+        Xs = check_sequences(Xs, self.d, batch=True)
+        if self.exact or is_mp(Xs):
+            return self._batch_mp(Xs)
+        return self._batch_float(Xs)
+
+
+class MultiHeadAttention(_ReadAtFinalToken):
     r"""Multi-head softmax attention read at the final token.
 
     Parameters
@@ -82,21 +120,6 @@ class MultiHeadAttention:
         self.v = v
 
     @property
-    def H(self):
-        """Number of heads."""
-        return self.W.shape[0]
-
-    @property
-    def d(self):
-        """Token width."""
-        return self.W.shape[1]
-
-    @property
-    def exact(self):
-        """True when the parameters are mpmath numbers."""
-        return is_mp(self.W)
-
-    @property
     def V(self):
         r""":math:`V=\sum_h v_h`, what a single-token query reads: :math:`f((x))=V^\top x`."""
         if self.H == 0:
@@ -110,23 +133,6 @@ class MultiHeadAttention:
     def __repr__(self):
         kind = "mpmath" if self.exact else "float64"
         return f"MultiHeadAttention(H={self.H}, d={self.d}, {kind})"
-
-    def __call__(self, X):
-        """Output :math:`f(X)` for one sequence ``X`` of shape ``(N, d)``."""
-        X = check_sequences(X, self.d, batch=False)
-        out = self.batch(X[None])[0]
-        return out if is_mp(out) else float(out)
-
-    def batch(self, Xs):
-        """Outputs for a batch ``Xs`` of shape ``(n, N, d)``; returns shape ``(n,)``.
-
-        Vectorised over the batch in float64; in mpmath the same formula runs on object
-        arrays (exact mode is for small problems).
-        """
-        Xs = check_sequences(Xs, self.d, batch=True)
-        if self.exact or is_mp(Xs):
-            return self._batch_mp(Xs)
-        return self._batch_float(Xs)
 
     def _batch_float(self, Xs):
         if self.H == 0:

@@ -58,7 +58,7 @@ from ._checks import heldout_discrepancy
 from .canonical import canonical
 from .errors import CheckFailedError, RecoveryError
 from .learner import learn
-from .model import MultiHeadAttention, check_sequences, mp_softmax_numerators, softmax_numerators
+from .model import MultiHeadAttention, _ReadAtFinalToken, check_sequences, mp_softmax_numerators, softmax_numerators
 from .rational import copies_sequences
 
 __all__ = [
@@ -84,7 +84,7 @@ class OrientationError(RecoveryError):
 
 
 # ----------------------------------------------------------------------------- model
-class OneLayerTransformer:
+class OneLayerTransformer(_ReadAtFinalToken):
     r"""Multi-head attention followed by a bias-free ReLU layer, read at the final token.
 
     Parameters
@@ -127,24 +127,9 @@ class OneLayerTransformer:
         self.W, self.O, self.B, self.a = W, O, B, a
 
     @property
-    def H(self):
-        """Number of attention heads."""
-        return self.W.shape[0]
-
-    @property
-    def d(self):
-        """Token width."""
-        return self.W.shape[1]
-
-    @property
     def k(self):
         """Number of hidden units."""
         return self.B.shape[0]
-
-    @property
-    def exact(self):
-        """True when the parameters are mpmath numbers."""
-        return is_mp(self.W)
 
     def to_mpmath(self):
         """The same model with mpmath entries (float64 values are taken exactly)."""
@@ -210,19 +195,6 @@ class OneLayerTransformer:
     def __repr__(self):
         kind = "mpmath" if self.exact else "float64"
         return f"OneLayerTransformer(H={self.H}, d={self.d}, k={self.k}, {kind})"
-
-    def __call__(self, X):
-        """Output :math:`T(X)` for one sequence ``X`` of shape ``(N, d)``."""
-        X = check_sequences(X, self.d, batch=False)
-        out = self.batch(X[None])[0]
-        return out if is_mp(out) else float(out)
-
-    def batch(self, Xs):
-        """Outputs for a batch ``Xs`` of shape ``(n, N, d)``; returns shape ``(n,)``."""
-        Xs = check_sequences(Xs, self.d, batch=True)
-        if self.exact or is_mp(Xs):
-            return self._batch_mp(Xs)
-        return self._batch_float(Xs)
 
     def _batch_float(self, Xs):
         if self.H == 0 or self.k == 0:
