@@ -225,7 +225,8 @@ def _pipeline(oracle, opt, tol):
     if H == 0:
         model, estimate = _zero_function(d, opt, errors, tol), 0.0
     else:
-        eq, links = label_links(state, design.table, design.labels, tol=tol, pre_links=None if pre is None else pre.links)
+        eq, links = label_links(state, design.table, design.labels, tol=tol,
+                                pre_links=None if pre is None else pre.links)
         blocks = solve_blocks(design, eq, tol=tol)
         crosses = label_crosses(state, design, blocks, tol=tol)
         heads = assemble_W(design, blocks, crosses)
@@ -241,6 +242,8 @@ def _pipeline(oracle, opt, tol):
 
 
 def _diagnostics(state, design, nodes, *, V, pre, calib, probe_ell):
+    """The :class:`~.results.Diagnostics` known once every configuration is fitted (the matchings'
+    fields are filled in later, when there are heads to match)."""
     H = state.H
     return Diagnostics(
         labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
