@@ -141,3 +141,29 @@ def working_precision(oracle):
     if oracle.exact:
         return mpmath.workdps(oracle.dps + max(20, oracle.dps // 2))
     return contextlib.nullcontext()
+
+
+def orthonormal_columns(A):
+    """Orthonormal columns spanning those of ``A`` (n x k, float64, full column rank), computed
+    the same way on every machine.
+
+    Modified Gram-Schmidt, twice, in Python floats with ``math.fsum`` dot products: unlike
+    ``np.linalg.qr`` (LAPACK over the CPU's BLAS kernel) the result does not change in its last
+    bits with the CPU, the BLAS library or the thread count, so queries built from it are the
+    same everywhere (chapter 6's exact-mode figures depend on them).
+    """
+    import math
+
+    A = np.asarray(A, dtype=float)
+    cols = [list(map(float, A[:, j])) for j in range(A.shape[1])]
+    out = []
+    for c in cols:
+        for _ in range(2):  # re-orthogonalisation: the second pass removes what rounding left
+            for b in out:
+                dot = math.fsum(x * y for x, y in zip(c, b))
+                c = [x - dot * y for x, y in zip(c, b)]
+        nrm = math.sqrt(math.fsum(x * x for x in c))
+        if not nrm > 0:
+            raise ValueError("orthonormal_columns: the columns are linearly dependent")
+        out.append([x / nrm for x in c])
+    return np.array(out, dtype=float).T.reshape(A.shape)

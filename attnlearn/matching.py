@@ -116,7 +116,8 @@ def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     dist = None
     for comp in range(2):
         diff = to_float(P[:, :, :, None, comp] - O[:, None, None, :, comp])
-        dc = np.abs(diff) / scale[:, None, None, None, comp]
+        with np.errstate(over="ignore"):  # a huge value from a failed fit: inf, which loses below
+            dc = np.abs(diff) / scale[:, None, None, None, comp]
         dist = dc if dist is None else np.maximum(dist, dc)
     cost = dist[..., 0] if n else np.zeros((C, 0, 0))
     for l in range(1, n):

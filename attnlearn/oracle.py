@@ -4,6 +4,7 @@ Used in: every chapter (introduced in chapter 1; noise models in chapter 5).
 """
 
 import numbers
+import os
 import time
 from collections import Counter
 
@@ -13,7 +14,23 @@ import numpy as np
 from ._arith import is_mp, to_float, to_mp
 from .model import check_sequences
 
-__all__ = ["Oracle", "UniformNoise", "GaussianNoise", "Float32Rounding"]
+__all__ = ["Oracle", "UniformNoise", "GaussianNoise", "Float32Rounding", "PERTURB_ENV", "PERTURB_ULPS"]
+
+#: Environment variable of the perturbation mode (see :class:`Oracle`): an integer seed.
+PERTURB_ENV = "ATTNLEARN_PERTURB"
+#: Largest perturbation of a float64 answer in that mode, in units of float64's eps.
+PERTURB_ULPS = 4
+
+
+def _perturbation_seed():
+    """The seed of the perturbation mode from ``ATTNLEARN_PERTURB``, or None when unset/empty."""
+    raw = os.environ.get(PERTURB_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{PERTURB_ENV} must be an integer seed (or unset), got {raw!r}") from None
 
 
 class UniformNoise:
@@ -83,6 +100,18 @@ class Oracle:
     seed : int or None, keyword-only
         Seed of the noise generator.
 
+    Notes
+    -----
+    **Perturbation mode** (portable reproduction, chapter 5 and ``.ci/run``): when the
+    environment variable ``ATTNLEARN_PERTURB`` holds an integer seed, every float64 answer
+    is multiplied by :math:`1+k\epsilon_{64}`, with an integer :math:`k` drawn uniformly from
+    :math:`[-4, 4]` per answer (``PERTURB_ULPS``) by a generator seeded with that seed. This
+    is what another CPU's BLAS kernel, another BLAS library or another thread count does to
+    the model's own float64 evaluation: a few units in the last place. Every stored output
+    of the book, every test and every learner decision must be the same with and without
+    it; a decision that changes is a knife edge. Exact mode is not perturbed (mpmath does not
+    depend on the CPU). The mode is read when the oracle is created.
+
     Attributes
     ----------
     queries : int
@@ -117,6 +146,8 @@ class Oracle:
         self.d = model.d
         self.noise = noise
         self._rng = np.random.default_rng(seed)
+        pseed = _perturbation_seed() if self.dps is None else None
+        self._perturb = None if pseed is None else np.random.default_rng(pseed)
         self.queries = 0
         self.max_length = 0
         self.lengths = Counter()
@@ -146,6 +177,9 @@ class Oracle:
             y = np.asarray(self._model.batch(Xs), dtype=float)
             if self.noise is not None:
                 y = y + self.noise.sample(self._rng, y)
+            if self._perturb is not None:
+                k = self._perturb.integers(-PERTURB_ULPS, PERTURB_ULPS + 1, size=len(y))
+                y = y * (1.0 + k * np.finfo(float).eps)
         else:
             with mpmath.workdps(self.dps):
                 y = self._model.batch(to_mp(Xs))

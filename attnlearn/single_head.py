@@ -16,22 +16,25 @@ __all__ = ["learn_single_head", "balanced_basis"]
 def balanced_basis(v):
     r"""An orthonormal basis :math:`u_1,\dots,u_d` with :math:`v^\top u_i=\|v\|/\sqrt d` for all :math:`i`.
 
-    The Householder reflection that maps :math:`v/\|v\|` to :math:`\mathbf 1/\sqrt d`;
-    its columns are the :math:`u_i`. Symmetric and orthogonal, so perfectly conditioned,
-    and no :math:`v^\top u_i` vanishes: the degenerate directions of DESIGN §3 are
-    avoided by construction. Works in float64 and mpmath.
+    The Householder reflection that maps :math:`v/\|v\|` to :math:`s\mathbf 1/\sqrt d`, times
+    :math:`s`; its columns are the :math:`u_i`. The sign :math:`s=-\operatorname{sign}(v^\top\mathbf 1)`
+    keeps the reflection vector :math:`w=v/\|v\|-s\mathbf 1/\sqrt d` of length at least
+    :math:`\sqrt2`, the usual choice that avoids cancellation: with :math:`s=+1` a :math:`v` a few
+    ulps away from :math:`\mathbf 1` (as another machine's rounding makes it) gives a :math:`w`
+    made of rounding errors and a basis that is not balanced at all. Symmetric and orthogonal up
+    to the sign, so perfectly conditioned, and no :math:`v^\top u_i` vanishes: the degenerate
+    directions of DESIGN §3 are avoided by construction. Works in float64 and mpmath.
     """
     exact = is_mp(v)
     d = len(v)
     one = mpmath.mpf(1) if exact else 1.0
     sqrt = mpmath.sqrt if exact else np.sqrt
     vhat = v / (mpmath.sqrt(sum(x * x for x in v)) if exact else np.linalg.norm(v))
-    w = vhat - np.full(d, one / sqrt(d), dtype=object if exact else float)
-    ww = sum(x * x for x in w) if exact else float(w @ w)
+    s = -one if (sum(vhat) if exact else float(np.sum(vhat))) >= 0 else one
+    w = vhat - np.full(d, s / sqrt(d), dtype=object if exact else float)
+    ww = sum(x * x for x in w) if exact else float(w @ w)  # >= 2
     eye = to_mp(np.eye(d)) if exact else np.eye(d)
-    if ww == 0:
-        return eye
-    return eye - 2 * np.outer(w, w) / ww
+    return s * (eye - 2 * np.outer(w, w) / ww)
 
 
 def learn_single_head(oracle, d):

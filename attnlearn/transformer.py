@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from ._arith import as_real_array, is_mp, to_float, to_mp, working_precision
+from ._arith import as_real_array, is_mp, orthonormal_columns, to_float, to_mp, working_precision
 from ._checks import heldout_discrepancy
 from .canonical import canonical
 from .errors import CheckFailedError, RecoveryError
@@ -645,7 +645,7 @@ def _kink_step(ctx, *, grid, max_units):
     r"""Step 2: kinks along the half circle :math:`q(\theta)`. Returns the line ``(q0, delta)``, the
     kinks, the pieces, the search's statistics and the scale :math:`\max|T|` seen on the line."""
     N = ctx.N
-    Z = np.linalg.qr(ctx.rng.normal(size=(ctx.d, 2)))[0]
+    Z = orthonormal_columns(ctx.rng.normal(size=(ctx.d, 2)))  # not LAPACK: the same queries on every CPU
     line = (N.arr(Z[:, 0]), N.arr(Z[:, 1]))
     scale_pts = [0.0]  # |T| seen so far on the half circle: the unit of the kink tolerance
 
@@ -676,7 +676,7 @@ def _region_gradients(ctx, line, kinks, pieces, *, perturbation, max_shrinks, fs
     for r in range(len(kinks) + 1):
         lo, hi = bounds[r], bounds[r + 1]
         rel = perturbation * float(abs(N.sin((hi - lo) / 2)))
-        Urot = np.linalg.qr(ctx.rng.normal(size=(ctx.d, ctx.d)))[0]
+        Urot = orthonormal_columns(ctx.rng.normal(size=(ctx.d, ctx.d)))
         region = dict(line=line, tm=(lo + hi) / 2, piece=pieces[r], Urot=Urot, Wnorm=Wnorm, fscale=fscale)
         for attempt in range(max_shrinks + 1):
             Gr, worst_rel, srel = _region_fit(ctx, rel, **region)

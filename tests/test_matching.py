@@ -1,5 +1,7 @@
 """Tests of attnlearn.matching (chapter 4): the assignment finds the true pairing, or raises."""
 
+import warnings
+
 import mpmath
 import numpy as np
 import pytest
@@ -73,3 +75,14 @@ def test_matching_check_against_a_new_tolerance():
     assert m.check(1e-3) is m
     with pytest.raises(UnmatchedHeadsError, match=r"link\(9,9\): no pairing fits - scaled residual"):
         m.check(1e-9, labels=["link(9,9)"])
+
+
+def test_huge_values_from_a_failed_fit_lose_without_a_warning():
+    # noise sweep, H = 3, d = 8, float32 seeds 70 and 188: a failed fit's 1e308-sized value over
+    # a tiny scale overflowed with a RuntimeWarning instead of simply losing every comparison
+    O = np.array([[[0.0, 1.0], [1.0, 2.0]]])
+    P = np.array([[[[1e308, 1e308], [1.0, 2.0]], [[0.0, 1.0], [1e308, 1e308]]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mt = match_candidates(P, O, np.array([[1e-10, 1e-10]]))
+    assert mt.perm.tolist() == [[1, 0]] and mt.residual[0] == 0.0 and mt.margin[0] >= 1e300

@@ -46,7 +46,8 @@ def test_invalid_query_is_not_counted(model):
     assert o.queries == 0 and o.max_length == 0
 
 
-def test_float_outputs_equal_model(model):
+def test_float_outputs_equal_model(model, monkeypatch):
+    monkeypatch.delenv("ATTNLEARN_PERTURB", raising=False)  # the oracle's own answers, bit for bit
     Xs = np.random.default_rng(12).normal(size=(8, 3, 3))
     o = Oracle(model)
     y = o.batch(Xs)
@@ -157,7 +158,8 @@ def test_gaussian_noise_std(model):
     np.testing.assert_array_equal(again - model.batch(Xs), err)  # seeded: reproducible
 
 
-def test_float32_rounding_equals_cast(model):
+def test_float32_rounding_equals_cast(model, monkeypatch):
+    monkeypatch.delenv("ATTNLEARN_PERTURB", raising=False)  # the oracle's own answers, bit for bit
     Xs = np.random.default_rng(18).normal(size=(500, 3, 3))
     clean = model.batch(Xs)
     y = Oracle(model, noise=Float32Rounding()).batch(Xs)
@@ -179,6 +181,41 @@ def test_invalid_noise_parameters(cls, kw, bad):
         cls(bad)
 
 
-def test_zero_noise_is_clean(model):
+def test_zero_noise_is_clean(model, monkeypatch):
+    monkeypatch.delenv("ATTNLEARN_PERTURB", raising=False)  # the oracle's own answers, bit for bit
     Xs = np.random.default_rng(20).normal(size=(10, 3, 3))
     np.testing.assert_array_equal(Oracle(model, noise=UniformNoise(0), seed=0).batch(Xs), model.batch(Xs))
+
+
+# --- perturbation mode (ATTNLEARN_PERTURB): a few ulps on every float64 answer -------------
+
+
+def test_perturbation_mode_moves_answers_by_a_few_ulps(monkeypatch):
+    rng = np.random.default_rng(5)
+    model = random_model(2, 3, seed=rng)
+    Xs = rng.normal(size=(400, 4, 3))
+    monkeypatch.delenv("ATTNLEARN_PERTURB", raising=False)
+    plain = Oracle(model).batch(Xs)
+    monkeypatch.setenv("ATTNLEARN_PERTURB", "7")
+    a, b = Oracle(model).batch(Xs), Oracle(model).batch(Xs)
+    np.testing.assert_array_equal(a, b)  # seeded: the same on every run
+    k = (a - plain) / (np.finfo(float).eps * np.abs(plain))
+    assert np.all(np.abs(k) <= 4.5) and np.any(np.abs(k) > 1)  # moved by 4 eps at most (+ the rounding of the product)
+    monkeypatch.setenv("ATTNLEARN_PERTURB", "8")
+    assert not np.array_equal(Oracle(model).batch(Xs), a)  # another seed, other ulps
+
+
+def test_perturbation_mode_leaves_exact_mode_alone(monkeypatch):
+    rng = np.random.default_rng(6)
+    model = random_model(2, 2, seed=rng)
+    X = rng.normal(size=(1, 3, 2))
+    monkeypatch.delenv("ATTNLEARN_PERTURB", raising=False)
+    plain = Oracle(model, precision=30).batch(X)
+    monkeypatch.setenv("ATTNLEARN_PERTURB", "1")
+    assert Oracle(model, precision=30).batch(X)[0] == plain[0]
+
+
+def test_perturbation_mode_bad_value(monkeypatch):
+    monkeypatch.setenv("ATTNLEARN_PERTURB", "yes")
+    with pytest.raises(ValueError, match=r"ATTNLEARN_PERTURB must be an integer seed \(or unset\), got 'yes'"):
+        Oracle(random_model(1, 2, seed=0))

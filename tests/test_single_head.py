@@ -150,3 +150,16 @@ def test_noise_can_break_the_log_ratio():
     m = single_head(np.random.default_rng(67), 3)
     with pytest.raises(RecoveryError, match="not positive"):
         learn_single_head(Oracle(m, noise=UniformNoise(10.0), seed=0), 3)
+
+
+def test_balanced_basis_near_the_ones_direction():
+    # v a few ulps away from 1 (another machine's rounding of the singleton answers): the basis
+    # must stay orthonormal and balanced (a reflection vector made of rounding errors is not)
+    eps = np.finfo(float).eps
+    for d in (2, 4, 7):
+        for k in ([1, -2, 3, 0, 4, -1, 2][:d], [0] * d):
+            v = np.ones(d) * (1 + np.array(k) * eps)
+            for sgn in (1, -1):
+                U = balanced_basis(sgn * v)
+                np.testing.assert_allclose(U.T @ U, np.eye(d), atol=4e-16 * d)
+                np.testing.assert_allclose(U.T @ (sgn * v), np.full(d, np.linalg.norm(v) / np.sqrt(d)), rtol=1e-14)
