@@ -6,6 +6,7 @@ the paper's exact setting emulated at a working precision). The helpers below le
 rest of the package write one formula for both. Private: not part of the API.
 """
 
+import contextlib
 import numbers
 
 import mpmath
@@ -132,6 +133,14 @@ def solve(A, B):
         return mp_solve(to_mp(A), to_mp(B))
     return np.linalg.solve(A, B)
 
+
+def working_precision(oracle):
+    """The learners' working precision for ``oracle``: in exact mode the oracle's ``dps`` digits
+    plus guard digits, :math:`\\max(20, \\mathrm{dps}/2)`, so that the learner's own rounding
+    stays below the oracle's (DESIGN §5); in float64 no change. A context manager."""
+    if oracle.exact:
+        return mpmath.workdps(oracle.dps + max(20, oracle.dps // 2))
+    return contextlib.nullcontext()
 
 
 def orthonormal_columns(A):

@@ -8,7 +8,7 @@ import numpy as np
 
 from ._arith import as_real_array, is_mp, mp_exp, to_mp
 
-__all__ = ["MultiHeadAttention", "check_sequences"]
+__all__ = ["MultiHeadAttention", "check_sequences", "random_model", "softmax_numerators", "mp_softmax_numerators"]
 
 
 def check_sequences(Xs, d, *, batch):
@@ -32,7 +32,45 @@ def check_sequences(Xs, d, *, batch):
     return as_real_array(arr, "sequence")
 
 
-class MultiHeadAttention:
+class _ReadAtFinalToken:
+    """What the package's models share: heads ``W`` of shape (H, d, d), and evaluation of one
+    sequence or of a batch, vectorised in float64 and in mpmath on object arrays (the subclass
+    gives ``_batch_float`` and ``_batch_mp``)."""
+
+    @property
+    def H(self):
+        """Number of attention heads."""
+        return self.W.shape[0]
+
+    @property
+    def d(self):
+        """Token width."""
+        return self.W.shape[1]
+
+    @property
+    def exact(self):
+        """True when the parameters are mpmath numbers."""
+        return is_mp(self.W)
+
+    def __call__(self, X):
+        """Output for one sequence ``X`` of shape ``(N, d)``."""
+        X = check_sequences(X, self.d, batch=False)
+        out = self.batch(X[None])[0]
+        return out if is_mp(out) else float(out)
+
+    def batch(self, Xs):
+        """Outputs for a batch ``Xs`` of shape ``(n, N, d)``; returns shape ``(n,)``.
+
+        Vectorised over the batch in float64; in mpmath the same formula runs on object
+        arrays (exact mode is for small problems).
+        """
+        Xs = check_sequences(Xs, self.d, batch=True)
+        if self.exact or is_mp(Xs):
+            return self._batch_mp(Xs)
+        return self._batch_float(Xs)
+
+
+class MultiHeadAttention(_ReadAtFinalToken):
     r"""Multi-head softmax attention read at the final token.
 
     Parameters
@@ -82,21 +120,6 @@ class MultiHeadAttention:
         self.v = v
 
     @property
-    def H(self):
-        """Number of heads."""
-        return self.W.shape[0]
-
-    @property
-    def d(self):
-        """Token width."""
-        return self.W.shape[1]
-
-    @property
-    def exact(self):
-        """True when the parameters are mpmath numbers."""
-        return is_mp(self.W)
-
-    @property
     def V(self):
         r""":math:`V=\sum_h v_h`, what a single-token query reads: :math:`f((x))=V^\top x`."""
         if self.H == 0:
@@ -111,35 +134,11 @@ class MultiHeadAttention:
         kind = "mpmath" if self.exact else "float64"
         return f"MultiHeadAttention(H={self.H}, d={self.d}, {kind})"
 
-    def __call__(self, X):
-        """Output :math:`f(X)` for one sequence ``X`` of shape ``(N, d)``."""
-        X = check_sequences(X, self.d, batch=False)
-        out = self.batch(X[None])[0]
-        return out if is_mp(out) else float(out)
-
-    def batch(self, Xs):
-        """Outputs for a batch ``Xs`` of shape ``(n, N, d)``; returns shape ``(n,)``.
-
-        Vectorised over the batch in float64; in mpmath the same formula runs on object
-        arrays (exact mode is for small problems).
-        """
-        Xs = check_sequences(Xs, self.d, batch=True)
-        if self.exact or is_mp(Xs):
-            return self._batch_mp(Xs)
-        return self._batch_float(Xs)
-
     def _batch_float(self, Xs):
-        n, N, d = Xs.shape
-        H = self.H
-        if H == 0:
-            return np.zeros(n)
-        q = Xs[:, -1, :]
-        # W_h q for every head at once: one BLAS product (d, H*d)
-        Wq = (q @ self.W.transpose(2, 0, 1).reshape(d, H * d)).reshape(n, H, d)
-        s = np.matmul(Xs, Wq.transpose(0, 2, 1))  # (n, N, H): x_i^T W_h x_N
+        if self.H == 0:
+            return np.zeros(Xs.shape[0])
+        e = softmax_numerators(Xs, self.W)
         vals = Xs @ self.v.T  # (n, N, H): v_h^T x_i
-        s -= s.max(axis=1, keepdims=True)  # softmax shift, exact in exact arithmetic
-        e = np.exp(s)
         return ((e * vals).sum(axis=1) / e.sum(axis=1)).sum(axis=1)
 
     def _batch_mp(self, Xs):
@@ -152,10 +151,40 @@ class MultiHeadAttention:
             X = Xs[k]
             total = mpmath.mpf(0)
             for h in range(self.H):
-                Wq = W[h].dot(X[-1])
-                s = X.dot(Wq)
-                smax = max(s)
-                e = mp_exp(s - smax)
+                e = mp_softmax_numerators(X, W[h])
                 total += mpmath.fdot(e, X.dot(v[h])) / mpmath.fsum(e)
             out[k] = total
         return out
+
+
+def random_model(H, d, *, seed=0, scale=1.0):
+    r"""A random float64 model: :math:`W_h` entries :math:`\mathcal N(0,\mathrm{scale}^2/d)`, then
+    :math:`v_h` entries :math:`\mathcal N(0,1)`, drawn in that order.
+
+    ``seed`` is a seed or a :class:`numpy.random.Generator` (drawn from, as
+    :func:`numpy.random.default_rng` passes it through). The models of the tests, the
+    benchmarks and the book's chapters 4-6.
+    """
+    rng = np.random.default_rng(seed)
+    return MultiHeadAttention(scale * rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+
+
+def softmax_numerators(Xs, W):
+    r"""Unnormalised softmax weights :math:`e^{s_{h,i}-\max_is_{h,i}}`, :math:`s_{h,i}=x_i^\top W_hx_N`,
+    for a float64 batch ``Xs`` (n, N, d) and heads ``W`` (H, d, d): array (n, N, H).
+
+    Shared by :class:`MultiHeadAttention` and :class:`attnlearn.OneLayerTransformer`."""
+    n, N, d = Xs.shape
+    H = W.shape[0]
+    q = Xs[:, -1, :]
+    # W_h q for every head at once: one BLAS product (d, H*d)
+    Wq = (q @ W.transpose(2, 0, 1).reshape(d, H * d)).reshape(n, H, d)
+    s = np.matmul(Xs, Wq.transpose(0, 2, 1))  # (n, N, H): x_i^T W_h x_N
+    s -= s.max(axis=1, keepdims=True)  # softmax shift, exact in exact arithmetic
+    return np.exp(s)
+
+
+def mp_softmax_numerators(X, Wh):
+    r"""The same for one sequence ``X`` (N, d) and one head ``Wh`` in mpmath: object array (N,)."""
+    s = X.dot(Wh.dot(X[-1]))
+    return mp_exp(s - max(s))

@@ -15,6 +15,8 @@ import time
 import mpmath
 import numpy as np
 
+from .model import random_model
+
 __all__ = ["ClaimResult", "CHECKS", "run_checks", "main"]
 
 
@@ -32,13 +34,6 @@ class ClaimResult:
         return f"ClaimResult({self.claim}, {self.figure!r}, ok={self.ok})"
 
 
-def _random_model(H, d, seed):
-    from .model import MultiHeadAttention
-
-    rng = np.random.default_rng(seed)
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
-
-
 def check_c1(quick):
     from .canonical import param_error
     from .oracle import Oracle
@@ -46,7 +41,7 @@ def check_c1(quick):
 
     worst, counts_ok = 0.0, True
     for d in (1, 2, 4) if quick else (1, 2, 4, 8, 16):
-        m = _random_model(1, d, d)
+        m = random_model(1, d, seed=d)
         o = Oracle(m, precision=60)
         worst = max(worst, param_error(learn_single_head(o, d), m))
         counts_ok &= o.queries == d * d + d
@@ -81,7 +76,7 @@ def check_c3(quick):
 
     rng = np.random.default_rng(3)
     d, H = 3, 3
-    m = _random_model(H, d, 3)
+    m = random_model(H, d, seed=3)
     W = np.stack([m.W[0], m.W[0], m.W[1], m.W[2]])
     v = np.stack([m.v[0], m.v[0], m.v[1], np.zeros(d)])  # merged pair and a zero head: H' = 2
     from .model import MultiHeadAttention
@@ -107,7 +102,7 @@ def check_c4(quick):
     from .learner import learn
     from .oracle import Oracle
 
-    m = _random_model(3, 3, 4)
+    m = random_model(3, 3, seed=4)
     rec = learn(Oracle(m, precision=60), 3, heads=3, seed=4)
     res = max(rec.diagnostics["link_residual"].max(), rec.diagnostics["cross_residual"].max())
     margin = min(rec.diagnostics["link_margin"].min(), rec.diagnostics["cross_margin"].min())
@@ -124,7 +119,7 @@ def check_c5(quick):
     ok = 0
     for s in range(trials):
         d, H = 1 + s % 3, 1 + (s // 3) % 3
-        m = _random_model(H, d, 500 + s)
+        m = random_model(H, d, seed=500 + s)
         rec = learn(Oracle(m, precision=60), d, heads=H, seed=s)
         ok += rec.heads == canonical(m).H and param_error(rec.model, m) <= 1e-40
     return ClaimResult("C5", "random models, exact mode 60 digits: recovered to 1e-40",
@@ -138,7 +133,7 @@ def _count_check(quick, bound):
     grid = [(d, H) for d in (1, 2, 3) for H in (1, 2)] if quick else [(d, H) for d in (1, 2, 3, 4) for H in (1, 2, 3)]
     good = 0
     for d, H in grid:
-        o = Oracle(_random_model(H, d, 600 + 10 * d + H), precision=60)
+        o = Oracle(random_model(H, d, seed=600 + 10 * d + H), precision=60)
         n = H if bound == "heads" else H + 2
         learn(o, d, **{bound: n})
         good += (o.queries, o.max_length) == query_budget(d, n)
@@ -169,7 +164,7 @@ def check_c8(quick):
     for eps in eps_grid:
         errs = []
         for s in range(trials):
-            m = _random_model(1, 2, 800 + s)
+            m = random_model(1, 2, seed=800 + s)
             try:
                 rec = learn(Oracle(m, noise=UniformNoise(eps), seed=s), 2, heads=1, seed=s, output_error=eps)
             except RecoveryError:

@@ -48,15 +48,17 @@ Learner (:func:`learn_transformer`), five steps:
 
 import math
 import numbers
+from dataclasses import dataclass
 
 import mpmath
 import numpy as np
 
-from ._arith import as_real_array, is_mp, mp_exp, orthonormal_columns, to_float, to_mp
+from ._arith import as_real_array, is_mp, orthonormal_columns, to_float, to_mp, working_precision
+from ._checks import heldout_discrepancy
 from .canonical import canonical
 from .errors import CheckFailedError, RecoveryError
 from .learner import learn
-from .model import MultiHeadAttention, check_sequences
+from .model import MultiHeadAttention, _ReadAtFinalToken, check_sequences, mp_softmax_numerators, softmax_numerators
 from .rational import copies_sequences
 
 __all__ = [
@@ -82,7 +84,7 @@ class OrientationError(RecoveryError):
 
 
 # ----------------------------------------------------------------------------- model
-class OneLayerTransformer:
+class OneLayerTransformer(_ReadAtFinalToken):
     r"""Multi-head attention followed by a bias-free ReLU layer, read at the final token.
 
     Parameters
@@ -125,24 +127,9 @@ class OneLayerTransformer:
         self.W, self.O, self.B, self.a = W, O, B, a
 
     @property
-    def H(self):
-        """Number of attention heads."""
-        return self.W.shape[0]
-
-    @property
-    def d(self):
-        """Token width."""
-        return self.W.shape[1]
-
-    @property
     def k(self):
         """Number of hidden units."""
         return self.B.shape[0]
-
-    @property
-    def exact(self):
-        """True when the parameters are mpmath numbers."""
-        return is_mp(self.W)
 
     def to_mpmath(self):
         """The same model with mpmath entries (float64 values are taken exactly)."""
@@ -209,29 +196,10 @@ class OneLayerTransformer:
         kind = "mpmath" if self.exact else "float64"
         return f"OneLayerTransformer(H={self.H}, d={self.d}, k={self.k}, {kind})"
 
-    def __call__(self, X):
-        """Output :math:`T(X)` for one sequence ``X`` of shape ``(N, d)``."""
-        X = check_sequences(X, self.d, batch=False)
-        out = self.batch(X[None])[0]
-        return out if is_mp(out) else float(out)
-
-    def batch(self, Xs):
-        """Outputs for a batch ``Xs`` of shape ``(n, N, d)``; returns shape ``(n,)``."""
-        Xs = check_sequences(Xs, self.d, batch=True)
-        if self.exact or is_mp(Xs):
-            return self._batch_mp(Xs)
-        return self._batch_float(Xs)
-
     def _batch_float(self, Xs):
-        n, N, d = Xs.shape
-        H = self.H
-        if H == 0 or self.k == 0:
-            return np.zeros(n)
-        q = Xs[:, -1, :]
-        Wq = (q @ self.W.transpose(2, 0, 1).reshape(d, H * d)).reshape(n, H, d)
-        s = np.matmul(Xs, Wq.transpose(0, 2, 1))  # (n, N, H)
-        s -= s.max(axis=1, keepdims=True)
-        e = np.exp(s)
+        if self.H == 0 or self.k == 0:
+            return np.zeros(Xs.shape[0])
+        e = softmax_numerators(Xs, self.W)
         alpha = e / e.sum(axis=1, keepdims=True)
         m = np.einsum("nih,nid->nhd", alpha, Xs)  # m_h(X)
         z = np.einsum("hij,nhj->ni", self.O, m)
@@ -247,8 +215,7 @@ class OneLayerTransformer:
             X = Xs[r]
             z = np.array([zero] * self.d, dtype=object)
             for h in range(self.H):
-                s = X.dot(W[h].dot(X[-1]))
-                e = mp_exp(s - max(s))
+                e = mp_softmax_numerators(X, W[h])
                 m = e.dot(X) / mpmath.fsum(e)
                 z = z + O[h].dot(m)
             hid = B.dot(z) if self.k else []
@@ -319,7 +286,7 @@ def _at(p, t, N):
 
 
 # ----------------------------------------------------------------------------- step 2
-def _find_kinks(g, N, tol, grid, min_width, hstep, max_rounds=60, max_samples=2000):
+def _find_kinks(g, N, tol, grid, *, min_width, hstep, max_rounds=60, max_samples=2000):
     r"""Kinks of :math:`\theta\mapsto T(q(\theta))` on :math:`[-\pi/2,\pi/2]` and the pieces between.
 
     ``g(thetas)`` returns the values (one query each); ``tol()`` the current absolute
@@ -338,91 +305,121 @@ def _find_kinks(g, N, tol, grid, min_width, hstep, max_rounds=60, max_samples=20
     for _ in range(max_rounds):
         th = sorted(vals)
         y = [vals[t] for t in th]
-        n = len(th)
-        col = [False] * n
-        for i in range(1, n - 1):
-            p = _line(th[i - 1], y[i - 1], th[i + 1], y[i + 1], N)
-            col[i] = abs(_at(p, th[i], N) - y[i]) <= tol()
-        runs = []
-        i = 0
-        while i <= n - 3:
-            if col[i + 1]:
-                e = i + 2
-                while e <= n - 2 and col[e]:
-                    e += 1
-                runs.append((i, e))
-                i = e + 1
-            else:
-                i += 1
-        split = []  # index ranges [lo, hi] whose intervals are bisected
-        kinks, pieces = [], []
-        if not runs:
-            split.append((0, n - 1))
-        else:
-            if runs[0][0] != 0:
-                split.append((0, runs[0][0]))
-            if runs[-1][1] != n - 1:
-                split.append((runs[-1][1], n - 1))
-            lines = [_line(th[s], y[s], th[e], y[e], N) for s, e in runs]
-            pieces = lines
-            new_verify = []
-            for r in range(len(runs) - 1):
-                eA, sB = runs[r][1], runs[r + 1][0]
-                key = (th[eA], th[sB])
-                if key in confirmed:
-                    kinks.append(confirmed[key])
-                    continue
-                pA, pB = lines[r], lines[r + 1]
-                da, db = pA[0] - pB[0], pA[1] - pB[1]
-                cand = N.atan(-da / db) if db != 0 else None
-                if sB == eA + 1 and cand is not None and th[eA] < cand < th[sB]:
-                    new_verify.append((key, cand, pA, pB, eA, sB))
-                else:
-                    split.append((eA, sB))
-            if new_verify:
-                # a kink at theta* must have piece A just left of it and piece B just right of it:
-                # the intersection alone can fall inside A's (or B's) own region when an interval
-                # holds several kinks, the two probes at theta* -+ h rule that out (unless a kink
-                # lies within h of theta*)
-                probes = []
-                for key, cand, pA, pB, eA, sB in new_verify:
-                    h = min(hstep, (cand - th[eA]) / 4, (th[sB] - cand) / 4)
-                    probes.extend([cand - h, cand + h])
-                ys = g(probes)
-                verify_queries += len(probes)
-                for i, (key, cand, pA, pB, eA, sB) in enumerate(new_verify):
-                    yl, yr = ys[2 * i], ys[2 * i + 1]
-                    on_a = abs(_at(pA, probes[2 * i], N) - yl) <= tol()
-                    if on_a and abs(_at(pB, probes[2 * i + 1], N) - yr) <= tol():
-                        confirmed[key] = cand
-                        kinks.append(cand)
-                    else:
-                        vals[probes[2 * i]] = yl  # ordinary samples: more than one kink in between
-                        vals[probes[2 * i + 1]] = yr
-                        split.append((eA, sB))
+        runs = _collinear_runs(th, y, N, tol)
+        kinks, pieces, split, new_verify = _kink_candidates(runs, th, y, confirmed, N)
+        if new_verify:
+            verify_queries += _verify_kinks(new_verify, th, vals, confirmed, kinks, split, g=g, N=N, tol=tol,
+                                            hstep=hstep)
         if not split and len(kinks) == len(runs) - 1:
             kinks.sort()
             return kinks, pieces, {"samples": len(vals), "verify": verify_queries}
-        new = []
-        for lo, hi in split:
-            for i in range(lo, hi):
-                if th[i + 1] - th[i] < min_width:
-                    raise KinkError(
-                        f"kinks closer than {float(min_width):.1e} rad along the line near theta = "
-                        f"{float(th[i]):.6f} could not be separated (nearly parallel nu_j, or a kink too "
-                        "close to the line's end)"
-                    )
-                new.append((th[i] + th[i + 1]) / 2)
-        new = [t for t in new if t not in vals]
-        if len(vals) + len(new) > max_samples:
-            raise KinkError(
-                f"more than {max_samples} samples on the line and the kinks are still not isolated: the "
-                "single-token function is not piecewise linear along the line at this tolerance (not a "
-                "bias-free ReLU layer, or too noisy)"
-            )
+        new = _bisection(split, th, vals, min_width=min_width, max_samples=max_samples)
         for t, yv in zip(new, g(new)):
             vals[t] = yv
     raise KinkError(f"kinks not resolved after {max_rounds} refinement rounds")
+
+
+def _collinear_runs(th, y, N, tol):
+    """Maximal runs ``(s, e)`` of samples on one piece :math:`\\alpha\\cos\\theta+\\beta\\sin\\theta`
+    (each inner sample on the line through its neighbours, within ``tol()``)."""
+    n = len(th)
+    col = [False] * n
+    for i in range(1, n - 1):
+        p = _line(th[i - 1], y[i - 1], th[i + 1], y[i + 1], N)
+        col[i] = abs(_at(p, th[i], N) - y[i]) <= tol()
+    runs = []
+    i = 0
+    while i <= n - 3:
+        if col[i + 1]:
+            e = i + 2
+            while e <= n - 2 and col[e]:
+                e += 1
+            runs.append((i, e))
+            i = e + 1
+        else:
+            i += 1
+    return runs
+
+
+def _kink_candidates(runs, th, y, confirmed, N):
+    """The pieces of the runs, the kinks already confirmed between neighbouring runs, the index
+    ranges to bisect (in order: ends, then pairs of runs with no single kink between them) and the
+    kink candidates to verify (the intersection of two neighbouring pieces)."""
+    n = len(th)
+    split = []  # index ranges [lo, hi] whose intervals are bisected
+    if not runs:
+        return [], [], [(0, n - 1)], []
+    if runs[0][0] != 0:
+        split.append((0, runs[0][0]))
+    if runs[-1][1] != n - 1:
+        split.append((runs[-1][1], n - 1))
+    lines = [_line(th[s], y[s], th[e], y[e], N) for s, e in runs]
+    kinks, new_verify = [], []
+    for r in range(len(runs) - 1):
+        eA, sB = runs[r][1], runs[r + 1][0]
+        key = (th[eA], th[sB])
+        if key in confirmed:
+            kinks.append(confirmed[key])
+            continue
+        pA, pB = lines[r], lines[r + 1]
+        da, db = pA[0] - pB[0], pA[1] - pB[1]
+        cand = N.atan(-da / db) if db != 0 else None
+        if sB == eA + 1 and cand is not None and th[eA] < cand < th[sB]:
+            new_verify.append((key, cand, pA, pB, eA, sB))
+        else:
+            split.append((eA, sB))
+    return kinks, lines, split, new_verify
+
+
+def _verify_kinks(new_verify, th, vals, confirmed, kinks, split, *, g, N, tol, hstep):
+    """Confirm each candidate kink by two probes: a kink at theta* must have piece A just left of
+    it and piece B just right of it (the intersection alone can fall inside A's or B's own region
+    when an interval holds several kinks; the probes at theta* -+ h rule that out, unless a kink
+    lies within h of theta*). Appends to ``kinks`` and ``split``; returns the queries spent."""
+    probes = []
+    for key, cand, pA, pB, eA, sB in new_verify:
+        h = min(hstep, (cand - th[eA]) / 4, (th[sB] - cand) / 4)
+        probes.extend([cand - h, cand + h])
+    ys = g(probes)
+    for i, (key, cand, pA, pB, eA, sB) in enumerate(new_verify):
+        yl, yr = ys[2 * i], ys[2 * i + 1]
+        on_a = abs(_at(pA, probes[2 * i], N) - yl) <= tol()
+        if on_a and abs(_at(pB, probes[2 * i + 1], N) - yr) <= tol():
+            confirmed[key] = cand
+            kinks.append(cand)
+        else:
+            vals[probes[2 * i]] = yl  # ordinary samples: more than one kink in between
+            vals[probes[2 * i + 1]] = yr
+            split.append((eA, sB))
+    return len(probes)
+
+
+def _bisection(split, th, vals, *, min_width, max_samples):
+    """Midpoints of every interval of the ranges ``split`` not yet sampled.
+
+    Raises
+    ------
+    KinkError
+        Two kinks closer than ``min_width``, or more than ``max_samples`` samples.
+    """
+    new = []
+    for lo, hi in split:
+        for i in range(lo, hi):
+            if th[i + 1] - th[i] < min_width:
+                raise KinkError(
+                    f"kinks closer than {float(min_width):.1e} rad along the line near theta = "
+                    f"{float(th[i]):.6f} could not be separated (nearly parallel nu_j, or a kink too "
+                    "close to the line's end)"
+                )
+            new.append((th[i] + th[i + 1]) / 2)
+    new = [t for t in new if t not in vals]
+    if len(vals) + len(new) > max_samples:
+        raise KinkError(
+            f"more than {max_samples} samples on the line and the kinks are still not isolated: the "
+            "single-token function is not piecewise linear along the line at this tolerance (not a "
+            "bias-free ReLU layer, or too noisy)"
+        )
+    return new
 
 
 # ----------------------------------------------------------------------------- learner
@@ -543,105 +540,153 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
     kw = {"robust": robust} if not exact else {}
     att = learn(Dor, d, heads=heads, max_heads=max_heads, seed=seed, **kw)
     q_att = oracle.queries - before
-    if exact:
-        with mpmath.workdps(oracle.dps + max(20, oracle.dps // 2)):
-            return _steps(oracle, d, att, q_att, seed, exact, holdout, grid, perturbation, max_shrinks,
-                          max_units, holdout_tol)
-    return _steps(oracle, d, att, q_att, seed, exact, holdout, grid, perturbation, max_shrinks,
-                  max_units, holdout_tol)
+    with working_precision(oracle):
+        return _steps(oracle, att, q_att, seed=seed, holdout=holdout, grid=grid, perturbation=perturbation,
+                      max_shrinks=max_shrinks, max_units=max_units, holdout_tol=holdout_tol)
 
 
-def _steps(oracle, d, att, q_att, seed, exact, holdout, grid, perturbation, max_shrinks, max_units,
-           holdout_tol):
-    N = _Num(exact)
-    rng = np.random.default_rng([seed, 6])
-    Wl = att.model.W  # (H', d, d) learned canonical heads
-    vl = att.model.v
-    Hn = att.model.H
-    if exact:
-        Wl, vl = to_mp(Wl), to_mp(vl)
-    tol_rel = 10.0 ** (-oracle.dps / 2) if exact else 1e-9
-    # float64: the learned poles carry step 1's error (measured 1e-12..1e-10 relative refit
-    # residuals at (d, H) = (3, 2)); a unit changing sign gave 1e-5 and more where seen
-    tol_fit = tol_rel if exact else 1e-7
-    # float64 thresholds of the structural checks; the held-out check decides the accuracy
-    tol_check = 10.0 ** (-oracle.dps / 3) if exact else 1e-3
+@dataclass(frozen=True)
+class _Tolerances:
+    """Steps 2-5's tolerances: ``rel`` (kink checks, relative to :math:`\\max|T|` on the line), ``fit``
+    (region refits), ``check`` (structural checks: orientation, rank, value check), ``min_width``
+    (closest kinks, rad) and ``hstep`` (offset of the probes that confirm a kink)."""
 
-    def ask(Xs):
-        y = oracle.batch(Xs)
-        return list(y) if exact else [float(v) for v in y]
+    rel: float
+    fit: float
+    check: float
+    min_width: object
+    hstep: object
 
-    # ---- step 2: kinks along the half circle q(theta) = cos(theta) q0 + sin(theta) delta --
-    Z = orthonormal_columns(rng.normal(size=(d, 2)))  # not LAPACK: the same queries on every CPU
-    q0, delta = N.arr(Z[:, 0]), N.arr(Z[:, 1])
+    @classmethod
+    def of(cls, oracle, N):
+        if oracle.exact:
+            rel = 10.0 ** (-oracle.dps / 2)
+            return cls(rel, rel, 10.0 ** (-oracle.dps / 3), 10.0 ** (-oracle.dps / 4), N.num(10.0 ** (-oracle.dps / 4)))
+        # float64: the learned poles carry step 1's error (measured 1e-12..1e-10 relative refit
+        # residuals at (d, H) = (3, 2)); a unit changing sign gave 1e-5 and more where seen. The
+        # structural checks' thresholds are loose: the held-out check decides the accuracy
+        return cls(1e-9, 1e-7, 1e-3, 1e-9, 1e-5)
 
-    def point(t):
-        return q0 * N.cos(t) + delta * N.sin(t)
 
-    def g(thetas):
-        if not thetas:
-            return []
-        return ask(np.stack([point(t) for t in thetas])[:, None, :])
+@dataclass
+class _Context:
+    """What every step reads: the oracle and its arithmetic, the random stream, the tolerances,
+    the learned heads of step 1 (``W``, ``v``, their number ``H`` and :math:`\\max_h\\|W_h\\|_2`)."""
 
+    oracle: object
+    N: _Num
+    rng: np.random.Generator
+    tol: _Tolerances
+    W: np.ndarray
+    v: np.ndarray
+
+    @property
+    def exact(self):
+        return self.N.exact
+
+    @property
+    def d(self):
+        return self.oracle.d
+
+    @property
+    def H(self):
+        return self.W.shape[0]
+
+    def ask(self, Xs):
+        y = self.oracle.batch(Xs)
+        return list(y) if self.exact else [float(v) for v in y]
+
+
+def _steps(oracle, att, q_att, *, seed, holdout, grid, perturbation, max_shrinks, max_units, holdout_tol):
+    """Steps 2-5 and the checks, in the learner's working precision."""
+    N = _Num(oracle.exact)
+    Wl, vl = (to_mp(att.model.W), to_mp(att.model.v)) if oracle.exact else (att.model.W, att.model.v)
+    ctx = _Context(oracle, N, np.random.default_rng([seed, 6]), _Tolerances.of(oracle, N), Wl, vl)
     b0 = oracle.queries
+    line, kinks, pieces, kstats, fscale = _kink_step(ctx, grid=grid, max_units=max_units)
+    q_kinks = oracle.queries - b0
+    b0 = oracle.queries
+    Gs, shrinks, fit_res, sum_res = _region_gradients(ctx, line, kinks, pieces, perturbation=perturbation,
+                                                      max_shrinks=max_shrinks, fscale=fscale)
+    q_grad = oracle.queries - b0
+    J, signs, eps_orient, orientation = _orientations(ctx, Gs, pieces)
+    value_res = _value_check(ctx, Gs)
+    model, rank_res = _equivalent_transformer(ctx, J, signs, eps_orient)
+    b0 = oracle.queries
+    hold = 0.0
+    if holdout:
+        hold, _ = heldout_discrepancy(oracle, model, _holdout_batches(ctx, holdout), rounded=False)
+    q_hold = oracle.queries - b0
+    residuals = {"kink": ctx.tol.rel, "region_fit": fit_res, "region_sum": sum_res, "shrinks": shrinks,
+                 "orientation": orientation, "value_check": value_res, "rank": rank_res, "holdout": hold}
+    queries = {"attention": q_att, "kinks": q_kinks, "gradients": q_grad, "holdout": q_hold}
+    queries["total"] = sum(queries.values())
+    rec = TransformerRecovery(model=model, attention=att, heads=ctx.H, units=len(kinks), line=line, kinks=kinks,
+                              pieces=pieces, gradients=Gs, jumps=J, orientation=eps_orient, signs=signs,
+                              queries=queries, residuals=residuals, kink_stats=kstats)
+    if ctx.H and value_res > ctx.tol.check:
+        raise CheckFailedError(
+            f"G_0 + G_k' misses the value vectors of T(X) - T(-X) by {value_res:.1e} (relative) > {ctx.tol.check:.0e}"
+        )
+    if hold > holdout_tol:
+        raise CheckFailedError(
+            f"the recovered Transformer misses the oracle on {q_hold} held-out sequences: relative discrepancy "
+            f"{hold:.1e} > {holdout_tol:.0e} (the conditions of chapter 6 do not hold, e.g. parallel nu_j)"
+        )
+    return rec
+
+
+def _point(line, t, N):
+    r""":math:`q(\theta)=\cos\theta\,q_0+\sin\theta\,\delta` on the half circle of ``line`` = ``(q0, delta)``."""
+    return line[0] * N.cos(t) + line[1] * N.sin(t)
+
+
+def _kink_step(ctx, *, grid, max_units):
+    r"""Step 2: kinks along the half circle :math:`q(\theta)`. Returns the line ``(q0, delta)``, the
+    kinks, the pieces, the search's statistics and the scale :math:`\max|T|` seen on the line."""
+    N = ctx.N
+    Z = orthonormal_columns(ctx.rng.normal(size=(ctx.d, 2)))  # not LAPACK: the same queries on every CPU
+    line = (N.arr(Z[:, 0]), N.arr(Z[:, 1]))
     scale_pts = [0.0]  # |T| seen so far on the half circle: the unit of the kink tolerance
 
     def g_scaled(thetas):
-        ys = g(thetas)
+        ys = ctx.ask(np.stack([_point(line, t, N) for t in thetas])[:, None, :]) if thetas else []
         scale_pts.extend(abs(float(v)) for v in ys)
         return ys
 
     def ktol():
-        return tol_rel * max(1e-300, max(scale_pts))
+        return ctx.tol.rel * max(1e-300, max(scale_pts))
 
-    kinks, pieces, kstats = _find_kinks(g_scaled, N, ktol, grid, 10.0 ** (-oracle.dps / 4) if exact else 1e-9,
-                                        N.num(10.0 ** (-oracle.dps / 4)) if exact else 1e-5)
-    q_kinks = oracle.queries - b0
-    kn = len(kinks)
-    if kn > max_units:
-        raise OrientationError(f"{kn} kinks found: the 2^k' orientation search is limited to max_units = {max_units}")
-    fscale = max(1e-300, max(scale_pts))
+    kinks, pieces, kstats = _find_kinks(g_scaled, N, ktol, grid, min_width=ctx.tol.min_width, hstep=ctx.tol.hstep)
+    if len(kinks) > max_units:
+        raise OrientationError(
+            f"{len(kinks)} kinks found: the 2^k' orientation search is limited to max_units = {max_units}")
+    return line, kinks, pieces, kstats, max(1e-300, max(scale_pts))
 
-    # ---- step 3: region gradients from the copies family with known poles --------------------
-    b0 = oracle.queries
+
+def _region_gradients(ctx, line, kinks, pieces, *, perturbation, max_shrinks, fscale):
+    r"""Step 3: the gradient :math:`G_r` of every region (between consecutive kinks). Returns the
+    gradients (k' + 1, H', d), the shrinks per region and the largest refit and gradient-sum
+    residuals (relative)."""
+    N = ctx.N
     bounds = [-N.pi / 2] + kinks + [N.pi / 2]
-    Gs = np.empty((kn + 1, Hn, d), dtype=object if exact else float)
+    Gs = np.empty((len(kinks) + 1, ctx.H, ctx.d), dtype=object if ctx.exact else float)
     shrinks, fit_res, sum_res = [], 0.0, 0.0
-    Wnorm = max([float(np.linalg.norm(to_float(Wl[h]), 2)) for h in range(Hn)] + [1e-300])
-    ts = list(range(Hn + 1))
-    for r in range(kn + 1):
+    Wnorm = max([float(np.linalg.norm(to_float(ctx.W[h]), 2)) for h in range(ctx.H)] + [1e-300])
+    for r in range(len(kinks) + 1):
         lo, hi = bounds[r], bounds[r + 1]
-        tm = (lo + hi) / 2
-        qhat = point(tm)
         rel = perturbation * float(abs(N.sin((hi - lo) / 2)))
-        Urot = orthonormal_columns(rng.normal(size=(d, d)))
+        Urot = orthonormal_columns(ctx.rng.normal(size=(ctx.d, ctx.d)))
+        region = dict(line=line, tm=(lo + hi) / 2, piece=pieces[r], Urot=Urot, Wnorm=Wnorm, fscale=fscale)
         for attempt in range(max_shrinks + 1):
-            R = math.sqrt(1.0 / (rel * Wnorm)) if Hn else 1.0
-            R = min(max(R, 1.0), 1e6)
-            q = qhat * N.num(R)
-            c = N.num(R) * _at(pieces[r], tm, N)
-            U = N.arr(Urot * (rel * R))  # rows u_i, orthogonal, |u| = rel |q|
-            xs = np.stack([q - U[i] for i in range(d)])
-            qs = np.stack([q] * d)
-            F = np.empty((d, len(ts)), dtype=object if exact else float)
-            for i, t in enumerate(ts):
-                seqs = xs[:, None, :] if t == 0 else copies_sequences(xs, qs, t)
-                F[:, i] = ask(seqs)
-            gam, worst = _known_pole_fit(F, c, U, q, Wl, ts, exact)
-            fscale_r = max(1e-300, float(np.max(np.abs(to_float(F)))))
-            worst_rel = worst / fscale_r
-            # gamma[i, h] = -u_i^T g_h  ->  g_h = -U^{-1} gamma[:, h]
-            Gr = (-_solve(U, gam, exact)).T if Hn else np.zeros((0, d))
-            # check: sum_h g_h must give the piece (alpha, beta) of step 2 (no query spent)
-            S = Gr.sum(axis=0) if Hn else np.zeros(d)
-            srel = float(max(abs(S.dot(q0) - pieces[r][0]), abs(S.dot(delta) - pieces[r][1]))) / fscale
-            if worst_rel <= tol_fit and srel <= tol_fit:
+            Gr, worst_rel, srel = _region_fit(ctx, rel, **region)
+            if worst_rel <= ctx.tol.fit and srel <= ctx.tol.fit:
                 break
             rel /= 8.0
         else:
             raise RegionFitError(
                 f"region {r} (theta in [{float(lo):.4f}, {float(hi):.4f}]): the copies samples do not fit "
-                f"c + sum_h gamma_h/(1 + rho_h t) with the {Hn} learned poles even with a perturbation shrunk "
+                f"c + sum_h gamma_h/(1 + rho_h t) with the {ctx.H} learned poles even with a perturbation shrunk "
                 f"{max_shrinks} times (relative residual {worst_rel:.1e}, gradient-sum residual {srel:.1e}): "
                 "a unit sits on its kink for every single token (nu_j = 0) or a head is invisible in "
                 "T(X) - T(-X) (v_h = 0)"
@@ -650,9 +695,48 @@ def _steps(oracle, d, att, q_att, seed, exact, holdout, grid, perturbation, max_
         fit_res = max(fit_res, worst_rel)
         sum_res = max(sum_res, srel)
         Gs[r] = Gr
-    q_grad = oracle.queries - b0
+    return Gs, shrinks, fit_res, sum_res
 
-    # ---- step 4: jumps, signs and orientations -------------------------------------------------
+
+def _region_fit(ctx, rel, *, line, tm, piece, Urot, Wnorm, fscale):
+    r"""One attempt of step 3 at the region's midpoint ``tm`` with perturbation size ``rel``: the
+    copies family with known poles at :math:`q=R\,q(\theta_m)` and :math:`x=q-u_i` for the
+    orthogonal rows :math:`u_i` of ``Urot`` scaled. Returns the gradient :math:`G_r`, the relative
+    refit residual and the gradient-sum residual (the piece of step 2, no query spent)."""
+    N, d, Hn = ctx.N, ctx.d, ctx.H
+    ts = list(range(Hn + 1))
+    R = math.sqrt(1.0 / (rel * Wnorm)) if Hn else 1.0
+    R = min(max(R, 1.0), 1e6)
+    q = _point(line, tm, N) * N.num(R)
+    c = N.num(R) * _at(piece, tm, N)
+    U = N.arr(Urot * (rel * R))  # rows u_i, orthogonal, |u| = rel |q|
+    xs = np.stack([q - U[i] for i in range(d)])
+    qs = np.stack([q] * d)
+    F = np.empty((d, len(ts)), dtype=object if ctx.exact else float)
+    for i, t in enumerate(ts):
+        seqs = xs[:, None, :] if t == 0 else copies_sequences(xs, qs, t)
+        F[:, i] = ctx.ask(seqs)
+    gam, worst = _known_pole_fit(F, c, U, q, ctx.W, ts=ts, exact=ctx.exact)
+    fscale_r = max(1e-300, float(np.max(np.abs(to_float(F)))))
+    # gamma[i, h] = -u_i^T g_h  ->  g_h = -U^{-1} gamma[:, h]
+    Gr = (-_solve(U, gam, ctx.exact)).T if Hn else np.zeros((0, d))
+    # check: sum_h g_h must give the piece (alpha, beta) of step 2 (no query spent)
+    S = Gr.sum(axis=0) if Hn else np.zeros(d)
+    srel = float(max(abs(S.dot(line[0]) - piece[0]), abs(S.dot(line[1]) - piece[1]))) / fscale
+    return Gr, worst / fscale_r, srel
+
+
+def _orientations(ctx, Gs, pieces):
+    r"""Step 4: jumps :math:`J_i=G_i-G_{i-1}`, the signs :math:`a'_i` (slope changes), and the
+    orientations :math:`\varepsilon_i` from the subset sum :math:`G_0=-\sum_{\varepsilon_i=-1}J_i`.
+    Returns ``(J, signs, orientations, (best residual, runner-up))``.
+
+    Raises
+    ------
+    OrientationError
+        No sign pattern fits, or two do.
+    """
+    kn, Hn, d = len(Gs) - 1, ctx.H, ctx.d
     J = np.stack([Gs[i + 1] - Gs[i] for i in range(kn)]) if kn else np.zeros((0, Hn, d))
     signs = np.array([1 if (pieces[i + 1][1] - pieces[i][1]) > 0 else -1 for i in range(kn)], dtype=int)
     Gscale = max(1e-300, max(float(np.max(np.abs(to_float(G)))) if G.size else 0.0 for G in Gs))
@@ -672,71 +756,50 @@ def _steps(oracle, d, att, q_att, seed, exact, holdout, grid, perturbation, max_
         best_res = float(np.max(np.abs(to_float(exact_res)))) / Gscale
     else:
         best_res = float(res[best])
-    orient_tol = tol_check
-    if Hn and not best_res <= orient_tol:
+    if Hn and not best_res <= ctx.tol.check:
         raise OrientationError(
             f"no sign pattern of the {kn} jumps reproduces the first region's gradient: best relative residual "
-            f"{best_res:.1e} > {orient_tol:.0e} (units with parallel nu_j share a kink, or a unit was missed)"
+            f"{best_res:.1e} > {ctx.tol.check:.0e} (units with parallel nu_j share a kink, or a unit was missed)"
         )
-    if Hn and kn and second <= orient_tol:
+    if Hn and kn and second <= ctx.tol.check:
         raise OrientationError(
             f"two sign patterns of the {kn} jumps fit the first region's gradient (residuals {best_res:.1e} and "
             f"{second:.1e}): orientations not determined"
         )
-    value_res = 0.0
-    if Hn:
-        vres = Gs[0] + Gs[kn] - vl
-        value_res = float(np.max(np.abs(to_float(vres)))) / max(1e-300, float(np.max(np.abs(to_float(vl)))))
-    # ---- step 5: the equivalent Transformer ------------------------------------------------------
+    return J, signs, eps_orient, (best_res, second)
+
+
+def _value_check(ctx, Gs):
+    r"""Relative :math:`\|G_0+G_{k'}-[v_h]\|` (the values of :math:`D`; 0 without a head)."""
+    if not ctx.H:
+        return 0.0
+    vres = Gs[0] + Gs[len(Gs) - 1] - ctx.v
+    return float(np.max(np.abs(to_float(vres)))) / max(1e-300, float(np.max(np.abs(to_float(ctx.v)))))
+
+
+def _equivalent_transformer(ctx, J, signs, eps_orient):
+    r"""Step 5: :math:`a'_j=\pm1`, :math:`\pi'_j=a_j\pi_j/a'_j`, factored as :math:`B'[O'_1\cdots O'_{H'}]`;
+    the learned :math:`W_h` kept. Returns the model and the rank residual of :func:`_factor`."""
+    N, d, Hn, kn = ctx.N, ctx.d, ctx.H, len(J)
     P = np.stack([signs[i] * eps_orient[i] * J[i].reshape(-1) for i in range(kn)]) if kn else np.zeros((0, Hn * d))
-    Bp, Ocat, rank_res = _factor(P, d, exact, tol_check)
+    Bp, Ocat, rank_res = _factor(P, d, ctx.exact, ctx.tol.check)
     Op = np.stack([Ocat[:, h * d:(h + 1) * d] for h in range(Hn)]) if Hn else np.zeros((0, d, d))
     a_p = N.arr(signs.astype(float)) if kn else N.arr(np.zeros(0))
-    model = OneLayerTransformer(Wl if Hn else N.arr(np.zeros((0, d, d))), Op if Hn else N.arr(np.zeros((0, d, d))),
+    model = OneLayerTransformer(ctx.W if Hn else N.arr(np.zeros((0, d, d))), Op if Hn else N.arr(np.zeros((0, d, d))),
                                 Bp, a_p)
-    # ---- held-out check --------------------------------------------------------------------------
-    b0 = oracle.queries
-    hold = 0.0
-    if holdout:
-        ys, yh = [], []
-        lengths = rng.integers(1, 7, size=holdout)
-        for L in sorted(set(lengths.tolist())):
-            m = int((lengths == L).sum())
-            Xs = rng.normal(size=(m, L, d))
-            Xs = to_mp(Xs) if exact else Xs
-            ys.extend(list(oracle.batch(Xs)))  # differences in the learner's arithmetic
-            yh.extend(list(model.batch(Xs)))
-        hold = float(max(abs(u - w) for u, w in zip(ys, yh))) / max(1e-300, float(max(abs(u) for u in ys)))
-    q_hold = oracle.queries - b0
-    residuals = {
-        "kink": tol_rel,
-        "region_fit": fit_res,
-        "region_sum": sum_res,
-        "shrinks": shrinks,
-        "orientation": (best_res, second),
-        "value_check": value_res,
-        "rank": rank_res,
-        "holdout": hold,
-    }
-    queries = {"attention": q_att, "kinks": q_kinks, "gradients": q_grad, "holdout": q_hold}
-    queries["total"] = sum(queries.values())
-    rec = TransformerRecovery(model=model, attention=att, heads=Hn, units=kn, line=(q0, delta), kinks=kinks,
-                              pieces=pieces, gradients=Gs, jumps=J, orientation=eps_orient, signs=signs,
-                              queries=queries, residuals=residuals, kink_stats=kstats)
-    check_tol = tol_check
-    if Hn and value_res > check_tol:
-        raise CheckFailedError(
-            f"G_0 + G_k' misses the value vectors of T(X) - T(-X) by {value_res:.1e} (relative) > {check_tol:.0e}"
-        )
-    if hold > holdout_tol:
-        raise CheckFailedError(
-            f"the recovered Transformer misses the oracle on {q_hold} held-out sequences: relative discrepancy "
-            f"{hold:.1e} > {holdout_tol:.0e} (the conditions of chapter 6 do not hold, e.g. parallel nu_j)"
-        )
-    return rec
+    return model, rank_res
 
 
-def _known_pole_fit(F, c, U, q, W, ts, exact):
+def _holdout_batches(ctx, holdout):
+    """Held-out random sequences of lengths 1-6 (lazily, one batch per length)."""
+    lengths = ctx.rng.integers(1, 7, size=holdout)
+    for L in sorted(set(lengths.tolist())):
+        m = int((lengths == L).sum())
+        Xs = ctx.rng.normal(size=(m, L, ctx.d))
+        yield to_mp(Xs) if ctx.exact else Xs
+
+
+def _known_pole_fit(F, c, U, q, W, *, ts, exact):
     r"""Residues :math:`\gamma_{i,h}` of :math:`F_i(t)-c=\sum_h\gamma_{i,h}/(1+\rho_{i,h}t)` with
     :math:`\rho_{i,h}=e^{u_i^\top W_hq}` known; least squares over the samples ``ts``.
 

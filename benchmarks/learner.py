@@ -22,12 +22,8 @@ import warnings
 import mpmath
 import numpy as np
 
-from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error, progress, query_budget
-
-
-def random_model(d, H, seed):
-    rng = np.random.default_rng(seed)
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+from attnlearn import Oracle, RecoveryError, canonical, learn, param_error, progress, query_budget
+from attnlearn.model import random_model
 
 
 # float64 modes: (name, robust, nodes). "paper" is the paper's budget with DESIGN §4.1's nodes
@@ -36,7 +32,7 @@ MODES = [("paper", False, "copies"), ("ratios", False, "ratios"), ("robust", Tru
 
 
 def run(d, H, *, precision="float64", robust=False, nodes=None, seed=0, model_seed=None):
-    model = random_model(d, H, 10_000 + 100 * d + seed if model_seed is None else model_seed)
+    model = random_model(H, d, seed=10_000 + 100 * d + seed if model_seed is None else model_seed)
     oracle = Oracle(model, precision=precision)
     t0 = time.perf_counter()
     try:
@@ -127,7 +123,7 @@ def exact_grid(seeds, nodes):
                 n = H if bound == "heads" else H + 2
                 errs, exact_counts = [], True
                 for s in progress(range(seeds), desc=f"H={H} d={d} {bound}"):
-                    model = random_model(d, H, 1000 * H + 10 * d + s)
+                    model = random_model(H, d, seed=1000 * H + 10 * d + s)
                     oracle = Oracle(model, precision=60)
                     try:
                         rec = learn(oracle, d, **{bound: n}, seed=s, nodes=nodes)

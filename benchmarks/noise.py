@@ -42,7 +42,6 @@ import numpy as np  # noqa: E402
 from attnlearn import (  # noqa: E402
     Float32Rounding,
     GaussianNoise,
-    MultiHeadAttention,
     Oracle,
     RecoveryError,
     UniformNoise,
@@ -50,6 +49,7 @@ from attnlearn import (  # noqa: E402
     learn,
     param_error,
 )
+from attnlearn.model import random_model  # noqa: E402
 
 HS = (1, 2, 3)
 DS = (2, 4, 8)
@@ -57,12 +57,6 @@ DS = (2, 4, 8)
 EPS = (1e-14, 1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-6, 1e-4, 1e-2)
 NOISES = ("uniform", "gaussian", "float32")
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "noise_sweep.json")
-
-
-def random_model(d, H, seed):
-    """W_h entries N(0, 1/d), v_h entries N(0, 1) (as in chapters 4 and 6)."""
-    rng = np.random.default_rng(seed)
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
 
 
 def robust_mode(H):
@@ -90,7 +84,7 @@ def _g(x):
 
 def trial(d, H, noise, eps, s):
     """One seeded learning run; returns the record described in the module docstring."""
-    model = random_model(d, H, 100_000 * H + 1_000 * d + s)
+    model = random_model(H, d, seed=100_000 * H + 1_000 * d + s)
     robust = robust_mode(H)
     if noise == "float32":
         # first pass: the output scale the learner's queries reach (noise-free, same seed)
@@ -113,7 +107,7 @@ def trial(d, H, noise, eps, s):
     except Warning as w:  # warnings are errors here (see _cell): recorded, never silent
         return {"o": "warning: " + type(w).__name__, "t": _g(told)}
     err = param_error(rec.model, canonical(model))
-    margins = [np.min(rec.diagnostics[k]) for k in ("link_margin", "cross_margin") if k in rec.diagnostics]
+    margins = [np.min(rec.diagnostics[k]) for k in ("link_margin", "cross_margin") if rec.diagnostics[k] is not None]
     margin = float(min(margins)) if margins else float("inf")
     # e is None when the error is infinite (a wrong head count): always a silent failure
     return {"o": "ok", "t": _g(told), "h": rec.heads, "e": _g(err), "b": _g(rec.error_estimate), "u": _g(rec.output_error),

@@ -7,17 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnlearn import MultiHeadAttention, canonical, default_atol, param_error
-
-
-def random_model(rng, H, d):
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+from attnlearn.model import random_model
 
 
 # --- merging -----------------------------------------------------------------------------
 
 
 def test_distinct_heads_kept():
-    m = random_model(np.random.default_rng(30), 3, 4)
+    m = random_model(3, 4, seed=np.random.default_rng(30))
     c = canonical(m)
     assert c.H == 3
     assert param_error(c, m) == 0.0
@@ -25,7 +22,7 @@ def test_distinct_heads_kept():
 
 def test_duplicate_W_merged():
     rng = np.random.default_rng(31)
-    m = random_model(rng, 2, 3)
+    m = random_model(2, 3, seed=rng)
     v2 = rng.normal(size=3)
     split = MultiHeadAttention(np.stack([m.W[0], m.W[1], m.W[0]]), np.stack([m.v[0] - v2, m.v[1], v2]))
     c = canonical(split)
@@ -35,7 +32,7 @@ def test_duplicate_W_merged():
 
 def test_opposite_v_dropped():
     rng = np.random.default_rng(32)
-    m = random_model(rng, 1, 3)
+    m = random_model(1, 3, seed=rng)
     W2, v2 = rng.normal(size=(3, 3)), rng.normal(size=3)
     m2 = MultiHeadAttention(np.stack([m.W[0], W2, W2]), np.stack([m.v[0], v2, -v2]))
     c = canonical(m2)
@@ -55,7 +52,7 @@ def test_all_cancelling_gives_zero_heads():
 
 def test_zero_value_head_dropped_any_W():
     rng = np.random.default_rng(34)
-    m = random_model(rng, 2, 2)
+    m = random_model(2, 2, seed=rng)
     m0 = MultiHeadAttention(np.concatenate([m.W, 1e3 * rng.normal(size=(1, 2, 2))]),
                             np.concatenate([m.v, np.zeros((1, 2))]))
     assert canonical(m0).H == 2
@@ -88,7 +85,7 @@ def test_permutation_invariant_output():
 
 def test_exact_model_stays_exact():
     rng = np.random.default_rng(37)
-    m = random_model(rng, 2, 2)
+    m = random_model(2, 2, seed=rng)
     e = MultiHeadAttention(np.concatenate([m.W, m.W[:1]]), np.concatenate([m.v, m.v[:1]])).to_mpmath()
     c = canonical(e)
     assert c.exact and c.H == 2
@@ -134,7 +131,7 @@ def test_single_linkage_chains():
 
 @pytest.mark.parametrize("atol", [-1e-3, float("nan"), float("inf")])
 def test_bad_atol(atol):
-    m = random_model(np.random.default_rng(39), 1, 2)
+    m = random_model(1, 2, seed=np.random.default_rng(39))
     with pytest.raises(ValueError, match="atol must be a finite number >= 0"):
         canonical(m, atol=atol)
 
@@ -207,21 +204,21 @@ def test_canonical_idempotent_property(data):
 
 
 def test_param_error_identical_is_zero():
-    m = random_model(np.random.default_rng(40), 3, 3)
+    m = random_model(3, 3, seed=np.random.default_rng(40))
     assert param_error(m, m) == 0.0
 
 
 def test_param_error_head_count_differs():
     rng = np.random.default_rng(41)
-    assert param_error(random_model(rng, 2, 3), random_model(rng, 3, 3)) == float("inf")
+    assert param_error(random_model(2, 3, seed=rng), random_model(3, 3, seed=rng)) == float("inf")
     empty = MultiHeadAttention(np.zeros((0, 3, 3)), np.zeros((0, 3)))
     assert param_error(empty, empty) == 0.0
-    assert param_error(empty, random_model(rng, 1, 3)) == float("inf")
+    assert param_error(empty, random_model(1, 3, seed=rng)) == float("inf")
 
 
 def test_param_error_permutation_invariant():
     rng = np.random.default_rng(42)
-    m = random_model(rng, 4, 3)
+    m = random_model(4, 3, seed=rng)
     p = [2, 0, 3, 1]
     assert param_error(MultiHeadAttention(m.W[p], m.v[p]), m) == 0.0
     noisy = MultiHeadAttention(m.W + 1e-6 * rng.normal(size=m.W.shape), m.v)
@@ -246,7 +243,7 @@ def test_param_error_zero_reference_is_absolute():
 
 def test_param_error_resolves_mpmath_differences():
     rng = np.random.default_rng(43)
-    m = random_model(rng, 2, 3)
+    m = random_model(2, 3, seed=rng)
     with mpmath.workdps(60):
         e = m.to_mpmath()
         W = e.W.copy()
@@ -261,10 +258,10 @@ def test_param_error_resolves_mpmath_differences():
 
 def test_param_error_errors():
     rng = np.random.default_rng(44)
-    a = random_model(rng, 1, 2)
+    a = random_model(1, 2, seed=rng)
     with pytest.raises(TypeError, match="param_error expects MultiHeadAttention models, got ndarray"):
         param_error(a, a.W)
     with pytest.raises(TypeError, match="param_error expects MultiHeadAttention models"):
         param_error("model", a)
     with pytest.raises(ValueError, match="models have different widths d = 2 and d = 3"):
-        param_error(a, random_model(rng, 1, 3))
+        param_error(a, random_model(1, 3, seed=rng))

@@ -6,11 +6,7 @@ import pytest
 
 import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, learn, param_error, query_budget
-
-
-def random_model(H, d, seed):
-    rng = np.random.default_rng(seed)
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+from attnlearn.model import random_model
 
 
 def degenerate_models(d, seed):
@@ -100,7 +96,7 @@ def test_exact_degenerate(name, bound, d):
 
 
 def test_recovery_in_exact_mode_has_mpmath_entries():
-    oracle = Oracle(random_model(2, 2, 0), precision=40)
+    oracle = Oracle(random_model(2, 2, seed=0), precision=40)
     rec = learn(oracle, 2, heads=2)
     assert isinstance(rec.model.W[0, 0, 0], mpmath.mpf)
     assert rec.model.exact
@@ -198,14 +194,14 @@ def test_float64_never_silent(seed, H, robust):
 
 
 def test_weighted_lstsq_normal_equations_match_qr():
-    from attnlearn.learner import _weighted_lstsq
+    from attnlearn.learner.solves import weighted_lstsq
 
     rng = np.random.default_rng(0)
     A = rng.normal(size=(4, 15, 8))
     errs = np.exp(2 * rng.normal(size=(4, 15, 3)))
     x = rng.normal(size=(4, 3, 8))
     y = np.einsum("bmd,bhd->bmh", A, x) + 1e-9 * errs * rng.uniform(-1, 1, size=errs.shape)
-    sol, bnd = _weighted_lstsq(A, y, 1e-9 * errs)
+    sol, bnd = weighted_lstsq(A, y, 1e-9 * errs)
     for b in range(4):
         for h in range(3):
             w = 1 / errs[b, :, h]
@@ -217,7 +213,7 @@ def test_weighted_lstsq_normal_equations_match_qr():
 def test_weighted_lstsq_extreme_weights_fall_back_to_qr():
     # error bounds over 13 decades: normal equations alone lose the lightly weighted
     # directions; the refinement test switches those systems to QR
-    from attnlearn.learner import _weighted_lstsq
+    from attnlearn.learner.solves import weighted_lstsq
 
     rng = np.random.default_rng(2)
     A = rng.normal(size=(3, 31, 16))
@@ -225,13 +221,13 @@ def test_weighted_lstsq_extreme_weights_fall_back_to_qr():
     errs[:, :3] = 1e-13  # a few rows far more accurate than the rest
     x = rng.normal(size=(3, 2, 16))
     y = np.einsum("bmd,bhd->bmh", A, x)
-    sol, bnd = _weighted_lstsq(A, y, errs)
+    sol, bnd = weighted_lstsq(A, y, errs)
     np.testing.assert_allclose(sol, x, rtol=0, atol=1e-10)  # consistent data: the solution is x
 
 
 def test_weighted_lstsq_rejects_an_outlier():
     # one row claims an error bound of 1e-12 but is off by 1e-3: weighted out
-    from attnlearn.learner import _weighted_lstsq
+    from attnlearn.learner.solves import weighted_lstsq
 
     rng = np.random.default_rng(1)
     A = rng.normal(size=(1, 20, 5))
@@ -239,7 +235,7 @@ def test_weighted_lstsq_rejects_an_outlier():
     y = np.einsum("bmd,bhd->bmh", A, x)
     errs = np.full((1, 20, 1), 1e-12)
     y[0, 7, 0] += 1e-3
-    sol, _ = _weighted_lstsq(A, y, errs)
+    sol, _ = weighted_lstsq(A, y, errs)
     assert np.max(np.abs(sol - x)) <= 1e-10
 
 
@@ -257,11 +253,11 @@ def _block_problem(B, d, H, seed, lo=-12, hi=-6):
 def test_block_lstsq_is_the_weighted_least_squares(d):
     # the closed form (arrow normal equations in theta = U w) solves the same weighted problem as
     # the general solver; its bound is the triangle inequality on the exact row sums
-    from attnlearn.learner import _block_lstsq, _weighted_lstsq
+    from attnlearn.learner.solves import block_lstsq, weighted_lstsq
 
     U, A, x, y, errs = _block_problem(4, d, 3, seed=d)
-    sol, bnd = _block_lstsq(U, y, errs)
-    ref, ref_bnd = _weighted_lstsq(A, y, errs)
+    sol, bnd = block_lstsq(U, y, errs)
+    ref, ref_bnd = weighted_lstsq(A, y, errs)
     assert np.max(np.abs(sol - ref) / ref_bnd) <= 1e-3
     exact = np.empty_like(bnd)  # the row sums of |A_w^+| (SVD pseudo-inverse)
     for b in range(4):
@@ -272,17 +268,17 @@ def test_block_lstsq_is_the_weighted_least_squares(d):
 
 
 def test_block_lstsq_rejects_an_outlier():
-    from attnlearn.learner import _block_lstsq
+    from attnlearn.learner.solves import block_lstsq
 
     U, A, x, y, errs = _block_problem(2, 6, 2, seed=3)
     y[1, 8, 0] += 1e-3  # a link row far outside its error bound
-    sol, bnd = _block_lstsq(U, y, errs)
+    sol, bnd = block_lstsq(U, y, errs)
     assert np.all(np.abs(sol - x) <= bnd)
 
 
 def test_block_lstsq_exact_mode_is_exact():
     # consistent equations in mpmath: rounded (float64) weights must not cost a digit
-    from attnlearn.learner import _block_lstsq
+    from attnlearn.learner.solves import block_lstsq
 
     rng = np.random.default_rng(4)
     d, H = 3, 2
@@ -292,22 +288,22 @@ def test_block_lstsq_exact_mode_is_exact():
         x = al._arith.to_mp(rng.normal(size=(1, H, d)))
         y = np.array([[[sum(A[0, i, k] * x[0, h, k] for k in range(d)) for h in range(H)]
                        for i in range(2 * d - 1)]], dtype=object)
-        sol, _ = _block_lstsq(U, y, 10.0 ** rng.uniform(-50, -40, size=(1, 2 * d - 1, H)))
+        sol, _ = block_lstsq(U, y, 10.0 ** rng.uniform(-50, -40, size=(1, 2 * d - 1, H)))
         assert max(abs(a - b) for a, b in zip(sol.ravel(), x.ravel())) < mpmath.mpf(10) ** -55
 
 
 def test_configuration_table_and_labels():
-    from attnlearn.learner import _Labels, _Table
+    from attnlearn.learner.design import ConfigLabels, ConfigTable
 
     d = 4
-    table = _Table(d)
+    table = ConfigTable(d)
     assert len(table) == 2 * d * d - 1
     for kind, k, j in [("base", 0, 0), ("base", 2, 3), ("link", 1, 1), ("link", 3, 3), ("cross", 1, 0), ("cross", 3, 0)]:
         i = table[kind, k, j]
         assert (table.kind[i], table.blk[i], table.jj[i]) == (kind, k, j)
     ref, oth, lnk = table.link_indices()
     assert len(ref) == d * (d - 1) and np.all(table.jj[oth] == table.jj[lnk]) and np.all(table.jj[ref] == 0)
-    labels = _Labels(table)
+    labels = ConfigLabels(table)
     assert len(labels) == len(table)
     assert labels[table["link", 1, 2]] == "link(2,3)" and labels[table["cross", 2, 0]] == "cross(3)"
     sub = labels.take([0, table["cross", 1, 0]])
@@ -338,17 +334,17 @@ def test_zero_function_float64():
 )
 def test_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
-        learn(Oracle(random_model(1, 2, 0)), 2, **kwargs)
+        learn(Oracle(random_model(1, 2, seed=0)), 2, **kwargs)
 
 
 def test_wrong_width():
     with pytest.raises(ValueError, match="does not match the oracle's token width 2"):
-        learn(Oracle(random_model(1, 2, 0)), 3, heads=1)
+        learn(Oracle(random_model(1, 2, seed=0)), 3, heads=1)
 
 
 def test_robust_in_exact_mode_is_rejected():
     with pytest.raises(ValueError, match="robust=True is a float64 mode"):
-        learn(Oracle(random_model(1, 2, 0), precision=30), 2, heads=1, robust=True)
+        learn(Oracle(random_model(1, 2, seed=0), precision=30), 2, heads=1, robust=True)
 
 
 class NaNOracle:

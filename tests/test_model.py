@@ -9,12 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnlearn import MultiHeadAttention
-
-
-def random_model(rng, H, d, scale=1.0):
-    W = scale * rng.normal(size=(H, d, d)) / np.sqrt(d)
-    v = rng.normal(size=(H, d))
-    return MultiHeadAttention(W, v)
+from attnlearn.model import random_model
 
 
 def naive(W, v, X):
@@ -46,7 +41,7 @@ def naive(W, v, X):
 @pytest.mark.parametrize("H,d,N", [(1, 1, 1), (1, 3, 4), (2, 2, 5), (3, 4, 3), (4, 5, 7)])
 def test_matches_naive_loop(H, d, N):
     rng = np.random.default_rng(100 + 10 * H + d)
-    m = random_model(rng, H, d)
+    m = random_model(H, d, seed=rng)
     for _ in range(5):
         X = rng.normal(size=(N, d))
         assert m(X) == pytest.approx(naive(m.W, m.v, X), rel=1e-12, abs=1e-12)
@@ -54,7 +49,7 @@ def test_matches_naive_loop(H, d, N):
 
 def test_large_scores_do_not_overflow():
     rng = np.random.default_rng(1)
-    m = random_model(rng, 2, 3, scale=300.0)
+    m = random_model(2, 3, seed=rng, scale=300.0)
     X = rng.normal(size=(4, 3)) * 5
     y = m(X)
     assert np.isfinite(y)
@@ -63,7 +58,7 @@ def test_large_scores_do_not_overflow():
 
 def test_batch_matches_single():
     rng = np.random.default_rng(2)
-    m = random_model(rng, 3, 4)
+    m = random_model(3, 4, seed=rng)
     Xs = rng.normal(size=(20, 6, 4))
     yb = m.batch(Xs)
     assert yb.shape == (20,)
@@ -72,7 +67,7 @@ def test_batch_matches_single():
 
 
 def test_call_returns_python_float():
-    m = random_model(np.random.default_rng(3), 1, 2)
+    m = random_model(1, 2, seed=np.random.default_rng(3))
     assert type(m(np.ones((2, 2)))) is float
 
 
@@ -89,7 +84,7 @@ def test_zero_heads_is_zero_function():
 
 def test_float_and_exact_agree():
     rng = np.random.default_rng(5)
-    m = random_model(rng, 3, 3)
+    m = random_model(3, 3, seed=rng)
     me = m.to_mpmath()
     assert me.exact and not m.exact
     Xs = rng.normal(size=(10, 4, 3))
@@ -109,13 +104,13 @@ def test_exact_model_keeps_parameters_exactly():
 
 def test_single_token_returns_V_dot_x():
     rng = np.random.default_rng(6)
-    m = random_model(rng, 3, 4)
+    m = random_model(3, 4, seed=rng)
     x = rng.normal(size=4)
     assert m(x[None]) == pytest.approx(float(m.V @ x), rel=1e-13, abs=1e-13)
 
 
 def test_properties_H_d_repr():
-    m = random_model(np.random.default_rng(7), 2, 3)
+    m = random_model(2, 3, seed=np.random.default_rng(7))
     assert (m.H, m.d) == (2, 3)
     assert repr(m) == "MultiHeadAttention(H=2, d=3, float64)"
     assert repr(m.to_mpmath()) == "MultiHeadAttention(H=2, d=3, mpmath)"
@@ -174,7 +169,7 @@ def test_non_numeric_parameters(W, v, match):
 
 
 def test_sequence_errors():
-    m = random_model(np.random.default_rng(8), 2, 3)
+    m = random_model(2, 3, seed=np.random.default_rng(8))
     with pytest.raises(ValueError, match=r"tokens have width 2, but the model has d = 3"):
         m(np.ones((4, 2)))
     with pytest.raises(ValueError, match=r"tokens have width 2, but the model has d = 3"):

@@ -5,15 +5,12 @@ import numpy as np
 import pytest
 
 from attnlearn import Float32Rounding, GaussianNoise, MultiHeadAttention, Oracle, UniformNoise
-
-
-def random_model(rng, H, d):
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+from attnlearn.model import random_model
 
 
 @pytest.fixture
 def model():
-    return random_model(np.random.default_rng(10), 2, 3)
+    return random_model(2, 3, seed=np.random.default_rng(10))
 
 
 # --- counting -------------------------------------------------------------------------
@@ -195,7 +192,7 @@ def test_zero_noise_is_clean(model, monkeypatch):
 
 def test_perturbation_mode_moves_answers_by_a_few_ulps(monkeypatch):
     rng = np.random.default_rng(5)
-    model = random_model(rng, 2, 3)
+    model = random_model(2, 3, seed=rng)
     Xs = rng.normal(size=(400, 4, 3))
     monkeypatch.delenv("ATTNLEARN_PERTURB", raising=False)
     plain = Oracle(model).batch(Xs)
@@ -210,7 +207,7 @@ def test_perturbation_mode_moves_answers_by_a_few_ulps(monkeypatch):
 
 def test_perturbation_mode_leaves_exact_mode_alone(monkeypatch):
     rng = np.random.default_rng(6)
-    model = random_model(rng, 2, 2)
+    model = random_model(2, 2, seed=rng)
     X = rng.normal(size=(1, 3, 2))
     monkeypatch.delenv("ATTNLEARN_PERTURB", raising=False)
     plain = Oracle(model, precision=30).batch(X)
@@ -221,4 +218,4 @@ def test_perturbation_mode_leaves_exact_mode_alone(monkeypatch):
 def test_perturbation_mode_bad_value(monkeypatch):
     monkeypatch.setenv("ATTNLEARN_PERTURB", "yes")
     with pytest.raises(ValueError, match=r"ATTNLEARN_PERTURB must be an integer seed \(or unset\), got 'yes'"):
-        Oracle(random_model(np.random.default_rng(0), 1, 2))
+        Oracle(random_model(1, 2, seed=0))

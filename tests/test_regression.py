@@ -4,12 +4,8 @@ import numpy as np
 import pytest
 
 from attnlearn import MultiHeadAttention, Oracle, canonical, param_error, query_budget
+from attnlearn.model import random_model
 from attnlearn.regression import RegressionFit, fit_regression, loss_and_grad, random_queries
-
-
-def random_model(H, d, seed):
-    rng = np.random.default_rng(seed)
-    return MultiHeadAttention(rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
 
 
 def data(model, n, max_length, seed):

@@ -295,16 +295,16 @@ def test_kink_finder_separates_close_kinks():
     def g(thetas):  # a_j ReLU(sin(theta - kink_j)) is piecewise alpha cos + beta sin
         return [sum(max(0.0, math.sin(t - k)) for k in at) for t in thetas]
 
-    kinks, pieces, stats = _find_kinks(g, N, lambda: 1e-10, 4, 1e-9, 1e-6)
+    kinks, pieces, stats = _find_kinks(g, N, lambda: 1e-10, 4, min_width=1e-9, hstep=1e-6)
     assert np.allclose(kinks, at, atol=1e-12) and len(pieces) == 4 and stats["samples"] > 5
 
 
 def test_kink_finder_gives_up_on_a_curved_function():
     N = _Num(False)
     with pytest.raises(KinkError, match="more than 2000 samples on the line"):
-        _find_kinks(lambda ts: [t * t for t in ts], N, lambda: 1e-10, 4, 1e-12, 1e-6)
+        _find_kinks(lambda ts: [t * t for t in ts], N, lambda: 1e-10, 4, min_width=1e-12, hstep=1e-6)
     with pytest.raises(KinkError, match="kinks closer than 1.0e-02 rad"):
-        _find_kinks(lambda ts: [t * t for t in ts], N, lambda: 1e-10, 4, 1e-2, 1e-6)
+        _find_kinks(lambda ts: [t * t for t in ts], N, lambda: 1e-10, 4, min_width=1e-2, hstep=1e-6)
 
 
 # --- arguments ---------------------------------------------------------------------------------

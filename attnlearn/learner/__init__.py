@@ -1,0 +1,27 @@
+r"""The multi-head learner (DESIGN §4; claims C3-C7), one module per stage.
+
+Used in: chapter 4 (introduced, with the exact counts), chapters 5 and 6. The book's page
+"Reading the code" maps each stage to its module and each module to its chapter:
+
+========================  ==================================================================
+module                    stage
+========================  ==================================================================
+:mod:`.pipeline`          :func:`learn`: the stages below, in order
+:mod:`.tolerances`        every tolerance, tied to the mode's arithmetic
+:mod:`.design`            nodes, random directions, query scale, the configuration table
+:mod:`.asking`            batched queries of whole configurations, finite answers, counts
+:mod:`.fitting`           the rational fit of each configuration and its error bounds
+:mod:`.robust`            robust mode's redraws of ill-conditioned configurations
+:mod:`.constants`         :math:`V`, the constants :math:`V^\top q`, and their calibration
+:mod:`.labelling`         links label each block, crosses label the blocks
+:mod:`.solves`            weighted least squares for :math:`w_{h,k}`, :math:`v_h`, :math:`W_h`
+:mod:`.checks`            head count, first-order range, significance, held-out finish
+:mod:`.results`           :class:`Recovery` and its :class:`Diagnostics`
+========================  ==================================================================
+"""
+
+from .pipeline import learn
+from .results import Diagnostics, Recovery, query_budget
+from .tolerances import Tolerances
+
+__all__ = ["learn", "Recovery", "Diagnostics", "query_budget", "Tolerances"]

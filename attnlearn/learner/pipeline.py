@@ -1,0 +1,264 @@
+r""":func:`learn`: the multi-head learner as a pipeline of its stages (DESIGN §4.3-4.4; claims C3-C7).
+
+Used in: chapter 4 (introduced, with the exact counts), chapters 5 and 6.
+
+The stages, in order (each a module of :mod:`attnlearn.learner`): the query design
+(:mod:`~.design`), asking (:mod:`~.asking`), fitting the configurations (:mod:`~.fitting`),
+robust mode's redraws (:mod:`~.robust`), the constants and their calibration
+(:mod:`~.constants`), labelling across configurations (:mod:`~.labelling`), the solves for
+:math:`W_h` and :math:`v_h` (:mod:`~.solves`), the checks and the held-out finish
+(:mod:`~.checks`). Every tolerance is in :mod:`~.tolerances`.
+"""
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._arith import to_mp, working_precision
+from ..errors import IllConditionedError
+from ..model import MultiHeadAttention
+from .asking import Asker, ask_constants, ask_design, ask_probe
+from .checks import check_fits, finish
+from .constants import fit_calibrated, set_constants, solve_V
+from .design import build_design, draw_directions, node_pairs, scale_factor
+from .fitting import ConfigState, collect_fits, fit_block_one, fit_probe, sample_errors
+from .labelling import label_crosses, label_links
+from .results import Diagnostics
+from .robust import redraw
+from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
+from .tolerances import Tolerances
+
+__all__ = ["learn", "Options"]
+
+
+def _check_count(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The validated arguments of :func:`learn` (see there); ``n`` is ``heads`` or ``max_heads``
+    and ``heads_given`` says which."""
+
+    d: int
+    n: int
+    heads_given: bool
+    seed: object
+    robust: bool
+    output_error: object
+    holdout: int
+    spread: float
+    method: str
+    redraw_rounds: int
+    nodes: str
+
+
+def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, **rest):
+    """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults; returns the
+    :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
+    if (heads is None) == (max_heads is None):
+        raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
+    n = _check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
+    d = _check_count(d, "d")
+    if d != oracle.d:
+        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
+    tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
+    if method not in ("linearised", "loewner"):
+        raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
+    if oracle.exact and robust:
+        raise ValueError("robust=True is a float64 mode; exact mode needs no extra queries")
+    if holdout is None:
+        holdout = tol.holdout
+    if isinstance(holdout, bool) or not isinstance(holdout, numbers.Integral) or holdout < 0:
+        raise ValueError(f"holdout must be a non-negative integer, got {holdout!r}")
+    if nodes is None:
+        nodes = "ratios" if robust or oracle.exact else "copies"
+    if nodes not in ("copies", "ratios"):
+        raise ValueError(f'nodes must be "copies" or "ratios", got {nodes!r}')
+    if spread is None:
+        spread = tol.default_spread(nodes)
+    if not (np.isfinite(spread) and spread > 0):
+        raise ValueError(f"spread must be a positive number, got {spread!r}")
+    return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
+                   nodes=nodes, **rest), tol
+
+
+def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
+          spread=None, method="linearised", redraw_rounds=4, nodes=None):
+    r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
+
+    Parameters
+    ----------
+    oracle : Oracle
+        Value-query access (float64 or exact mode); the learner reads nothing else.
+    d : int
+        Token width (must match the oracle).
+    heads, max_heads : int, keyword-only
+        Exactly one: the model's number of heads :math:`H` (claim C6) or an upper bound
+        :math:`H_0` (claim C7). Either way :math:`n` = that number sets the nodes
+        :math:`t=1..2n`; the canonical count :math:`H'\le n` is detected.
+    seed : int, keyword-only
+        Seed of the learner's random query vectors.
+    robust : bool, keyword-only
+        float64 practice mode: query each block's constant :math:`V^\top q_k` directly
+        (:math:`d-1` extra queries, reported) instead of deriving it from the learned
+        :math:`V`, and redraw ill-conditioned configurations (reported).
+    output_error : float, optional, keyword-only
+        Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
+        :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
+        :math:`4\,\epsilon_{64}` times it in float64 (the oracle's own rounding).
+    holdout : int, optional, keyword-only
+        Number of held-out random queries used to check the result. Default 0 in exact
+        mode (so the count is exactly the paper's) and 32 in float64.
+    spread : float, optional, keyword-only
+        Target for :math:`\max_h|\ell_h|`: after the first configuration the query
+        vectors are rescaled so that the pole positions spread about this much. Default
+        3 in exact mode, where the oracle's rounding is far below float64's and
+        wider-spread poles interpolate better; in float64 1 with the paper's nodes and 2
+        with ``nodes="ratios"``, which see poles on both sides of :math:`\ell=0`
+        (chapters 3 and 4 measure the choices).
+    method : {"linearised", "loewner"}, keyword-only
+        float64 interpolation formulation (chapter 3 compares them).
+    redraw_rounds : int, keyword-only
+        Robust mode: how many times ill-conditioned configurations are redrawn (each
+        redraw costs :math:`2n` queries per configuration, reported in
+        ``recovery.queries["redraws"]``, with one query per redrawn block constant).
+    nodes : {"copies", "ratios"}, optional, keyword-only
+        The :math:`2n` queries of a configuration: DESIGN §4.1's :math:`S(x,q,t)`,
+        :math:`t=1..2n` (``"copies"``, the default in float64 without ``robust``), or
+        :math:`s` copies of :math:`x` then :math:`t` of :math:`q` at the ratios :math:`t/s`
+        of :func:`attnlearn.rational.ratio_nodes` (``"ratios"``, the default in exact mode
+        and with ``robust=True``). Both give exactly the paper's count
+        :math:`4nd^2-2n+1` and longest query :math:`2n+1`; the ratios are far better
+        conditioned (chapter 3; chapter 4 compares the two in exact mode).
+
+    Returns
+    -------
+    Recovery
+
+    Raises
+    ------
+    RecoveryError
+        A subclass naming the configuration and the residual when a check fails:
+        :class:`PoleError`, :class:`InconsistentHeadCountError`,
+        :class:`UnmatchedHeadsError`, :class:`IllConditionedError`,
+        :class:`CheckFailedError`.
+
+    Notes
+    -----
+    The design (DESIGN §4.4): random :math:`q_1..q_d`; block :math:`k` has final token
+    :math:`q_k`, *base* configurations :math:`u_{k,j}` (:math:`j=1..d`) and *link*
+    configurations :math:`u_{k,1}+u_{k,j}` (:math:`j=2..d`); *cross* configurations
+    (:math:`k=2..d`) have final token :math:`q_1+q_k`. Each configuration costs the
+    :math:`2n` queries :math:`S(x,q,t)`, :math:`t=1..2n`; one more query :math:`(q_1)`
+    gives :math:`c_1=V^\top q_1`, and block 1's base configurations give :math:`V`
+    through :math:`F(0)=V^\top x`. In all, :math:`2n(2d^2-1)+1=4nd^2-2n+1` queries of
+    length at most :math:`2n+1` [1]_ (with ``nodes="ratios"`` the :math:`2n` queries are
+    :math:`s` copies of :math:`x` then :math:`t` of :math:`q`, the same count and longest
+    length). Then :math:`w_{h,k}=W_hq_k` from :math:`\ell=u^\top w_{h,k}` and
+    :math:`W_h=[w_{h,1}\cdots w_{h,d}][q_1\cdots q_d]^{-1}`.
+
+    Three refinements of the paper's square solves, none costing a query (chapter 4): each block's
+    :math:`2d-1` base and link equations are solved by least squares weighted by their
+    first-order error bounds (in closed form, :func:`attnlearn.learner.solves.block_lstsq`),
+    :math:`v_h` from the residues of every configuration once the crosses have labelled the
+    blocks, and the derived constants :math:`V^\top q_k` are refined by Newton steps against the
+    link equations (:func:`attnlearn.learner.constants.calibrate_constants`).
+
+    References
+    ----------
+    .. [1] S. Kim, I. Kim, J. Guo, "Provably Learning Multi-Head Attention with
+           Queries", arXiv:2608.03294, 2026.
+    """
+    opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
+                   method=method, robust=robust, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds)
+    with working_precision(oracle):
+        return _pipeline(oracle, opt, tol)
+
+
+def _pipeline(oracle, opt, tol):
+    """The stages of :func:`learn`, in order."""
+    rng = np.random.default_rng(opt.seed)
+    ask = Asker(oracle, tol.exact)
+    start, d = oracle.queries, opt.d
+    nodes = node_pairs(opt.n, opt.nodes)
+    # ---- design: the shared query and a probe configuration set the scale, then every configuration
+    dirs = draw_directions(rng, d)
+    conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
+    q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
+    c1, F11 = ask_probe(ask, q1, u11, nodes)
+    H, probe_ell = fit_probe(nodes, F11, c1, opt.n, tol=tol, output_error=opt.output_error, method=opt.method)
+    design = build_design(dirs, q1, u11, scale_factor(probe_ell, opt.spread, tol), exact=tol.exact)
+    state = ConfigState.start(ask_design(ask, design, F11, nodes))
+    queries = {"design": oracle.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
+    # ---- robust mode: block constants asked, ill-conditioned configurations redrawn
+    cq, pre = None, None
+    if opt.robust and d > 1:
+        cq = ask_constants(ask, c1, design.q)
+        queries["constants"] = d - 1
+        if H > 0:
+            eps_in = 2 * sample_errors(state.F, opt.output_error, tol).output  # the sample's and the constant's
+            pre = redraw(design, state.F, cq, nodes, H=H, rng=rng, ask=ask, method=opt.method, eps_in=eps_in,
+                         rounds=opt.redraw_rounds, tol=tol)
+            queries["redraws"] = pre.queries
+    # ---- constants and fits: block 1 at c_1 gives V, hence every other constant
+    errors = sample_errors(state.F, opt.output_error, tol)
+    idx1, rest = state.split_block_one(design.table, c1, errors.output)
+    fit_kw = dict(H=H, errors=errors, pre=None if pre is None else pre.fits, method=opt.method)
+    fit1 = fit_block_one(nodes, state.F, c1, idx1, design.labels, **fit_kw)
+    V = solve_V(design, fit1, idx1, c1, H=H, eps_out=errors.output)
+    if cq is None:
+        cq = np.array([design.Q[:, k].dot(V.V) for k in range(d)], dtype=state.F.dtype)
+    set_constants(state, design, cq, asked=opt.robust, Verr=V.err, eps_out=errors.output)
+    fit_rest, calib = fit_calibrated(nodes, state, design, rest, tol=tol, calibrate=not opt.robust and H > 0 and d > 1,
+                                     **fit_kw) if len(rest) else (None, None)
+    collect_fits(state, [(fit1, idx1), (fit_rest, rest)], H, errors.output)
+    check_fits(state, design.labels, opt.n, heads_given=opt.heads_given, output_error=opt.output_error,
+               eps_out=errors.output, tol=tol)
+    diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe_ell=probe_ell)
+    # ---- labelling and solves: links label each block, crosses label the blocks
+    if H == 0:
+        model, estimate = _zero_function(d, opt, errors, tol), 0.0
+    else:
+        eq, links = label_links(state, design.table, design.labels, tol=tol,
+                                pre_links=None if pre is None else pre.links)
+        blocks = solve_blocks(design, eq, tol=tol)
+        crosses = label_crosses(state, design, blocks, tol=tol)
+        heads = assemble_W(design, blocks, crosses)
+        v, err_v = (solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol) if d > 1
+                    else (blocks.v1, blocks.err_v1))
+        model, estimate = canonical_heads(heads, v, err_v, tol=tol)
+        for name, mt in (("link", links), ("cross", crosses.matching)):
+            if mt is not None:
+                setattr(diag, f"{name}_residual", mt.residual)
+                setattr(diag, f"{name}_margin", mt.margin)
+    return finish(oracle, model, queries, diag, max_length=nodes.max_length, eps_out=errors.output,
+                  estimate=estimate, holdout=opt.holdout, rng=rng, f=design.f, tol=tol)
+
+
+def _diagnostics(state, design, nodes, *, V, pre, calib, probe_ell):
+    """The :class:`~.results.Diagnostics` known once every configuration is fitted (the matchings'
+    fields are filled in later, when there are heads to match)."""
+    H = state.H
+    return Diagnostics(
+        labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
+        condition=state.sens.reshape(len(state.F), -1).max(axis=1) if H else np.zeros(len(state.F)),
+        scale={"probe_max_abs_ell": probe_ell, "factor": design.f}, V=V.V,
+        redrawn=pre.redrawn if pre is not None else [], redrawn_blocks=pre.blocks if pre is not None else [],
+        calibration=None if calib is None else calib.summary())
+
+
+def _zero_function(d, opt, errors, tol):
+    """No canonical head: the zero function, unless the output error makes its certification impossible."""
+    if opt.output_error is not None:
+        raise IllConditionedError(
+            f"every configuration is within the output error ({errors.output:.1e}) of the zero function: with "
+            "noisy outputs no canonical head can be certified, nor their absence"
+        )
+    dt = object if tol.exact else float
+    return MultiHeadAttention(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt))

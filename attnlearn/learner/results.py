@@ -1,0 +1,126 @@
+r"""What the learner returns: :class:`Recovery` and its typed :class:`Diagnostics`.
+
+Used in: chapter 4 (the counts and the diagnostics of one run), chapter 5 (the error estimate,
+the sensitivity :math:`K` of claim C8, the margins of the matchings) and chapter 6 (step 1 of the
+Transformer learner).
+"""
+
+from dataclasses import dataclass, fields
+
+__all__ = ["Diagnostics", "Recovery", "query_budget"]
+
+
+def query_budget(d, n):
+    r"""The paper's count :math:`4nd^2-2n+1` and maximum length :math:`2n+1` (claims C6, C7)."""
+    return 4 * n * d * d - 2 * n + 1, 2 * n + 1
+
+
+@dataclass
+class Diagnostics:
+    r"""Per-configuration diagnostics of :func:`attnlearn.learn`, the same fields on every path.
+
+    A field that a path does not produce is None: the matchings' fields with no head or in
+    :math:`d=1`, ``calibration`` outside the paper's budget. Also readable as
+    ``diagnostics["labels"]`` (the mapping style of earlier versions).
+
+    Attributes
+    ----------
+    labels : Sequence of str
+        Configuration names, ``base(k,j)``, ``link(k,j)``, ``cross(k)`` (counted from 1).
+    pairs : list of (int, int)
+        The node pairs :math:`(s,t)` of every configuration.
+    interp_residual : array (C,)
+        Largest refit residual of each configuration.
+    condition : array (C,)
+        Largest row sum of :math:`|J^{-1}|` of each configuration.
+    scale : dict
+        The query scale: ``probe_max_abs_ell`` (the probe's :math:`\max_h|\ell_h|`) and ``factor``.
+    V : array (d,)
+        :math:`V=\sum_hv_h` learned from block 1.
+    calibration : dict or None
+        The constants' calibration (paper budget): Newton ``steps``, total ``change`` and ``bound``.
+    redrawn : Sequence of str
+        Robust mode: the configurations redrawn (in the order redrawn; empty otherwise).
+    redrawn_blocks : list of str
+        Robust mode: the blocks redrawn with a new final token.
+    link_residual, link_margin : array or None
+        Per link: scaled matching residual and margin to the nearest wrong pairing.
+    cross_residual, cross_margin : array or None
+        The same per cross configuration.
+    """
+
+    labels: object
+    pairs: list
+    interp_residual: object
+    condition: object
+    scale: dict
+    V: object
+    redrawn: object
+    redrawn_blocks: list
+    calibration: dict = None
+    link_residual: object = None
+    link_margin: object = None
+    cross_residual: object = None
+    cross_margin: object = None
+
+    def __getitem__(self, key):
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key):
+        return key in self.keys()
+
+    def keys(self):
+        """Every field name (a field absent on this path is None)."""
+        return [f.name for f in fields(self)]
+
+
+@dataclass(repr=False)
+class Recovery:
+    r"""What :func:`learn` recovered, and how far to trust it.
+
+    Attributes
+    ----------
+    model : MultiHeadAttention
+        The canonical model recovered (mpmath entries in exact mode), heads in
+        :func:`canonical` order.
+    heads : int
+        Number of canonical heads found (possibly 0).
+    queries : dict
+        ``design`` (the paper's :math:`4nd^2-2n+1`), ``constants`` (robust mode's extra
+        constant queries), ``redraws`` (robust mode's redrawn configurations and block
+        constants), ``holdout`` (verification queries) and ``total``.
+    max_length : int
+        Longest query asked by the design.
+    output_error : float
+        The absolute output error :math:`\varepsilon` assumed for every oracle answer.
+    error_estimate : float
+        Bound on the relative parameter error (as measured by :func:`param_error`): twice
+        the first-order bound propagated through every step (chapter 5). With a stated
+        ``output_error``, ``learn`` raises instead of returning when some configuration's
+        first-order perturbation exceeds 0.1, where such bounds stop meaning anything.
+    sensitivity : float
+        ``error_estimate / output_error``: the constant :math:`K` of claim C8.
+    holdout_error : float or None
+        Largest relative discrepancy between the recovered model and the oracle on
+        held-out random queries (float64 mode).
+    diagnostics : Diagnostics
+        Per-configuration diagnostics (:class:`Diagnostics`).
+    """
+
+    model: object
+    heads: int
+    queries: dict
+    max_length: int
+    output_error: float
+    error_estimate: float
+    sensitivity: float
+    holdout_error: float
+    diagnostics: Diagnostics
+
+    def __repr__(self):
+        return (
+            f"Recovery(heads={self.heads}, d={self.model.d}, queries={self.queries['total']}, "
+            f"max_length={self.max_length}, error_estimate={self.error_estimate:.1e})"
+        )

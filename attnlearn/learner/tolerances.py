@@ -1,0 +1,167 @@
+r"""Every tolerance of the learner in one policy, tied to the arithmetic of the mode.
+
+Used in: chapter 3 (residual tolerances of the fits), chapter 4 (matching safety, query
+scale, least-squares refinements), chapter 5 (first-order bounds, error estimate, held-out
+check). As :mod:`scipy` ties its default tolerances to ``finfo(dtype).eps``, the float64
+policy starts from :math:`\epsilon_{64}` = ``finfo(float).eps`` and the exact-mode policy
+from the oracle's ``dps`` digits; every other field is a dimensionless factor, and each
+says why it has its value. No other module of :mod:`attnlearn.learner` holds a tolerance.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Tolerances"]
+
+EPS64 = np.finfo(float).eps  # float64 unit roundoff (an np.float64, as the learner has always used it)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    r"""The learner's tolerance policy for one mode (float64 or exact at ``dps`` digits).
+
+    Build it with :meth:`for_mode`; the fields are read, never changed.
+
+    Attributes
+    ----------
+    exact : bool
+        Exact mode (mpmath at ``dps`` digits) or float64.
+    output_rounding : float
+        Relative rounding of an oracle answer, per unit of the largest answer
+        :math:`\max|F|`. float64: :math:`4\epsilon_{64}` (a softmax-weighted sum of a few
+        terms, each rounded once: a few ulps of the largest output). Exact mode:
+        :math:`10^{1-\mathrm{dps}}` (one digit of slack on the oracle's ``dps`` digits).
+    output_floor : float
+        Floor of :math:`\max|F|` in that product: :math:`10^{-300}` in float64 (the zero
+        function still gets a positive error), 1 in exact mode (the error is never below
+        :math:`10^{1-\mathrm{dps}}` absolute).
+    exact_residual : float
+        Exact mode without a stated output error: residual tolerance of every fit, per
+        unit of :math:`\max(\max|F|,1)`: :math:`10^{-\mathrm{dps}/2}`, half the digits (a
+        wrong degree leaves a residual of order 1, a right one of order
+        :math:`10^{-\mathrm{dps}}`). None in float64.
+    residual_factor : float
+        Residual tolerance of a fit of :math:`m` samples, in units of the sample error:
+        ``residual_factor * sqrt(m)`` (a residual vector of :math:`m` entries each within the
+        error, amplified by the fit's projection; 30 leaves room for the interpolation's
+        own conditioning, measured in chapter 3).
+    tiny : float
+        :math:`10^{-300}`: floor of scales and magnitudes that divide (no division by 0;
+        far below any float64 quantity of the learner).
+    huge : float
+        :math:`10^{300}`: error bound given to a row whose bound is not finite (its weight
+        :math:`1/10^{300}` removes it from a least-squares problem).
+    newton_weight_floor : float
+        :math:`10^{-150}`: floor of the error of a link equation in the calibration's Newton
+        step, whose weight is the inverse *square* (stays finite).
+    spread_exact, spread_ratios, spread_copies : float
+        Default target for :math:`\max_h|\ell_h|` after the probe (``learn(spread=...)``): 3 in
+        exact mode (the oracle's rounding is far below float64's and wider-spread poles
+        interpolate better), 2 in float64 with the ratio nodes (they see poles on both sides
+        of :math:`\ell=0`), 1 with the paper's copies (chapters 3 and 4 measure the choices).
+    scale_clip : tuple of float
+        Bounds :math:`[1/16, 4]` of the query-scale factor: one probe value can be small by
+        chance, and a bounded correction avoids extreme poles.
+    holdout : int
+        Default number of held-out queries: 0 in exact mode (the count stays exactly the
+        paper's), 32 in float64.
+    match_safety : float
+        Matching tolerance in units of the first-order error bound of the compared points:
+        3 in float64 (first-order bounds, second-order terms of a few per cent); :math:`10^6`
+        in exact mode (the bounds are far below the gaps, so only a wrong pairing, off by
+        order 1, may fail).
+    ambiguity : float
+        Robust mode: a link whose runner-up pairing is within ``ambiguity`` times the
+        residual of the best one is ambiguous and redrawn (4).
+    redraw_factor : float
+        Robust mode: a configuration whose relative sensitivity exceeds ``redraw_factor``
+        times the median over the design is redrawn (100: the sensitivities of random
+        configurations spread over about two decades; beyond is a near double pole).
+    calibration_refits : int
+        Paper budget: at most 3 refits while the calibration's Newton steps have not
+        converged (chapter 5; usually the second step converges without a refit).
+    calibration_margin : float
+        A Newton step within 3 times its own noise bound has converged; a calibrated
+        constant's error bound is 3 times that noise bound (plus the last step).
+    first_order : float
+        With a stated output error the first-order bounds are trusted only while every
+        configuration's relative perturbation of :math:`(\ell,\gamma)` is at most 0.1
+        (chapter 5); beyond, ``learn`` raises.
+    significance : float
+        Exact mode: every residue must exceed 10 times its error bound and every pair of poles
+        be further apart than 10 times theirs (a vanishing residue or a double pole would
+        otherwise pass unseen).
+    estimate_factor : float
+        Reported error estimate = 2 times the first-order bound (second-order terms,
+        measured in chapter 5).
+    estimate_limit : float
+        float64: an estimate above 1 (100% relative error) is an error, not a result.
+    holdout_output : float
+        The held-out discrepancy may reach :math:`10^3` times the output error relative to
+        the output scale (sums over a sequence of up to :math:`2n+1` tokens, and the
+        model's own rounding) ...
+    holdout_estimate : float
+        ... or 10 times the error estimate, whichever is larger.
+    outlier_weight : float
+        A least-squares row proved outside its own error bound has its bound multiplied by
+        :math:`10^8` (weighted out, still finite).
+    outlier_rounds : int
+        At most 3 solves per least-squares problem: the first, and two after weighting out
+        outliers.
+    refinement : float
+        float64 normal equations: a second refinement step larger than :math:`10^{-2}` times
+        the solution's error bound means the step does not contract (:math:`A_w` too
+        ill-conditioned): QR for that system.
+    v_rows_per_dim : int
+        float64: :math:`v_h` is solved from the ``4 d`` most accurate of its equations (they
+        carry nearly all the weight; the rest would multiply the cost by :math:`d/2` at
+        :math:`d=64` for a negligible gain).
+    """
+
+    exact: bool
+    output_rounding: float
+    output_floor: float
+    exact_residual: float | None
+    residual_factor: float = 30
+    tiny: float = 1e-300
+    huge: float = 1e300
+    newton_weight_floor: float = 1e-150
+    spread_exact: float = 3.0
+    spread_ratios: float = 2.0
+    spread_copies: float = 1.0
+    scale_clip: tuple = (1 / 16, 4)
+    holdout: int = 32
+    match_safety: float = 3.0
+    ambiguity: float = 4.0
+    redraw_factor: float = 100
+    calibration_refits: int = 3
+    calibration_margin: float = 3
+    first_order: float = 1e-1
+    significance: float = 10.0
+    estimate_factor: float = 2.0
+    estimate_limit: float = 1.0
+    holdout_output: float = 1e3
+    holdout_estimate: float = 10
+    outlier_weight: float = 1e8
+    outlier_rounds: int = 3
+    refinement: float = 1e-2
+    v_rows_per_dim: int = 4
+
+    @classmethod
+    def for_mode(cls, *, exact, dps=None):
+        """The policy of float64 mode (``exact=False``) or of exact mode at ``dps`` digits."""
+        if exact:
+            return cls(exact=True, output_rounding=10.0 ** (1 - dps), output_floor=1.0,
+                       exact_residual=10.0 ** (-dps / 2), holdout=0, match_safety=1e6)
+        return cls(exact=False, output_rounding=4 * EPS64, output_floor=1e-300, exact_residual=None)
+
+    def default_spread(self, nodes):
+        """Default ``spread`` for the node family ``nodes`` in this mode."""
+        if self.exact:
+            return self.spread_exact
+        return self.spread_ratios if nodes == "ratios" else self.spread_copies
+
+    def fit_tolerance(self, m, sample_error):
+        """Residual tolerance of a fit of ``m`` samples each within ``sample_error``."""
+        return self.residual_factor * np.sqrt(m) * sample_error
