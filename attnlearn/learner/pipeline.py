@@ -155,7 +155,7 @@ def check_cost(parts, longest, *, max_queries, max_length, n):
             f"{longest:,} tokens")
     if total > max_queries:
         raise ValueError(f"this request would ask {cost}, more than max_queries = {max_queries:,}: pass "
-                         f"max_queries={total} to allow it (or ask for fewer heads or held-out queries)")
+                         f"max_queries={total} to allow it")
     if longest > max_length:
         raise ValueError(f"this request would ask {cost}: its longest query (2n + 1 with n = {n:,}) is longer "
                          f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
