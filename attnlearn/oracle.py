@@ -12,6 +12,7 @@ import mpmath
 import numpy as np
 
 from ._arith import is_mp, to_float, to_mp
+from .learner.pipeline import check_real, check_seed
 from .model import check_sequences
 
 __all__ = ["Oracle", "UniformNoise", "GaussianNoise", "Float32Rounding", "PERTURB_ENV", "PERTURB_ULPS"]
@@ -34,12 +35,16 @@ def _perturbation_seed():
 
 
 class UniformNoise:
-    r"""Additive output error drawn uniformly from :math:`[-\varepsilon, \varepsilon]`."""
+    r"""Additive output error drawn uniformly from :math:`[-\varepsilon, \varepsilon]`.
+
+    Parameters
+    ----------
+    epsilon : float
+        A finite real number :math:`\ge 0` (not a bool): TypeError or ValueError naming it otherwise.
+    """
 
     def __init__(self, epsilon):
-        if not (isinstance(epsilon, numbers.Real) and np.isfinite(epsilon) and epsilon >= 0):
-            raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
-        self.epsilon = float(epsilon)
+        self.epsilon = float(check_real(epsilon, "epsilon"))
 
     def bound(self, y):
         """A bound on the absolute error of each output."""
@@ -53,12 +58,16 @@ class UniformNoise:
 
 
 class GaussianNoise:
-    r"""Additive output error :math:`\mathcal N(0,\sigma^2)` (unbounded; ``bound`` is :math:`5\sigma`)."""
+    r"""Additive output error :math:`\mathcal N(0,\sigma^2)` (unbounded; ``bound`` is :math:`5\sigma`).
+
+    Parameters
+    ----------
+    sigma : float
+        A finite real number :math:`\ge 0` (not a bool): TypeError or ValueError naming it otherwise.
+    """
 
     def __init__(self, sigma):
-        if not (isinstance(sigma, numbers.Real) and np.isfinite(sigma) and sigma >= 0):
-            raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
-        self.sigma = float(sigma)
+        self.sigma = float(check_real(sigma, "sigma"))
 
     def bound(self, y):
         return 5.0 * self.sigma
@@ -97,8 +106,17 @@ class Oracle:
         mpmath at ``p`` decimal digits and returned as ``mpmath.mpf``.
     noise : UniformNoise, GaussianNoise, Float32Rounding or None, keyword-only
         Additive output error model (chapter 5), drawn from ``seed``.
-    seed : int or None, keyword-only
-        Seed of the noise generator.
+    seed : int, sequence of int, numpy Generator or None, keyword-only
+        Seed of the noise generator (anything :func:`numpy.random.default_rng` takes, but not
+        a bool or a float).
+
+    Raises
+    ------
+    TypeError
+        ``model`` without ``.d`` and ``.batch``, ``noise`` without ``.sample``, a ``precision``
+        or ``seed`` of the wrong type (each named).
+    ValueError
+        ``precision`` not positive or an unknown string, a negative ``seed``.
 
     Notes
     -----
@@ -145,7 +163,7 @@ class Oracle:
         self._model = model.to_mpmath() if self.dps is not None else model
         self.d = model.d
         self.noise = noise
-        self._rng = np.random.default_rng(seed)
+        self._rng = np.random.default_rng(check_seed(seed))
         pseed = _perturbation_seed() if self.dps is None else None
         self._perturb = None if pseed is None else np.random.default_rng(pseed)
         self.queries = 0

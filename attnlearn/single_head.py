@@ -8,6 +8,7 @@ import numpy as np
 
 from ._arith import is_mp, mp_log, norm, to_mp
 from .errors import NotIdentifiableError, RecoveryError
+from .learner.pipeline import check_oracle
 from .model import MultiHeadAttention
 
 __all__ = ["learn_single_head", "balanced_basis"]
@@ -54,6 +55,11 @@ def learn_single_head(oracle, d):
 
     Raises
     ------
+    TypeError
+        ``d`` is not an integer, or ``oracle`` lacks ``.d``, ``.exact``, ``.dps`` or ``.batch``
+        (checked as :func:`attnlearn.learn` checks them, before any query).
+    ValueError
+        ``d`` is not positive or differs from the oracle's token width.
     NotIdentifiableError
         If :math:`v=0` (the model is the zero function; :math:`W` is not determined).
     RecoveryError
@@ -77,10 +83,7 @@ def learn_single_head(oracle, d):
     .. [1] S. Bhattamishra, K. Shah, M. Hahn, V. Kanade, "Provably Learning Attention
            with Queries", arXiv:2601.16873, 2026.
     """
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
-    if d != oracle.d:
-        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
+    d = check_oracle(oracle, d)
     exact = oracle.exact
     ctx = mpmath.workdps(oracle.dps) if exact else _nullcontext()
     with ctx:

@@ -58,6 +58,8 @@ from ._checks import heldout_discrepancy
 from .canonical import canonical
 from .errors import CheckFailedError, RecoveryError
 from .learner import learn
+from .learner.pipeline import check_cost, check_count, check_flag, check_oracle, check_real, check_seed, learn_cost
+from .learner.tolerances import MAX_LENGTH, MAX_QUERIES, Tolerances
 from .model import MultiHeadAttention, _ReadAtFinalToken, check_sequences, mp_softmax_numerators, softmax_numerators
 from .rational import copies_sequences
 
@@ -469,14 +471,9 @@ class TransformerRecovery:
                 f"queries={self.queries['total']}, holdout={self.residuals['holdout']:.1e})")
 
 
-def _count(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, holdout=32,
-                      grid=16, perturbation=0.25, max_shrinks=6, max_units=20, holdout_tol=None):
+                      grid=16, perturbation=0.25, max_shrinks=6, max_units=20, holdout_tol=None,
+                      max_queries=MAX_QUERIES, max_length=MAX_LENGTH):
     r"""Recover a Transformer functionally equivalent to a one-layer Transformer oracle.
 
     Parameters
@@ -489,7 +486,8 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
         Exactly one: the number of attention heads or an upper bound (passed to
         :func:`attnlearn.learn`). The number of hidden units is not needed.
     seed : int, keyword-only
-        Seed of every random choice (also passed to :func:`attnlearn.learn`).
+        Seed of every random choice, a non-negative integer (also passed to
+        :func:`attnlearn.learn`).
     robust : bool, keyword-only
         float64: passed to :func:`attnlearn.learn` for step 1.
     holdout : int, keyword-only
@@ -507,7 +505,15 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
     holdout_tol : float, optional, keyword-only
         Largest accepted relative held-out discrepancy; default :math:`10^{-\mathrm{dps}/2}`
         in exact mode, :math:`10^{-5}` in float64 (step 1's float64 accuracy decides what is
-        reachable; chapter 6 measures it).
+        reachable; chapter 6 measures it). A positive finite number.
+    max_queries, max_length : int, keyword-only
+        Refuse, before any query, a request needing more queries than ``max_queries`` or a query
+        longer than ``max_length`` tokens (as :func:`attnlearn.learn` does; defaults
+        :data:`~attnlearn.learner.tolerances.MAX_QUERIES` and
+        :data:`~attnlearn.learner.tolerances.MAX_LENGTH`). Counted: step 1's queries (two
+        per value of :math:`D`: the design, robust mode's constants, :func:`attnlearn.learn`'s
+        default held-out queries), step 2's initial grid of ``grid + 1`` and ``holdout``; the
+        refinements of steps 2-3 depend on the answers and are not counted.
 
     Returns
     -------
@@ -515,30 +521,50 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
 
     Raises
     ------
+    TypeError
+        An argument of the wrong type, naming it (before any query).
+    ValueError
+        An argument out of range, naming it, or a request above ``max_queries`` or
+        ``max_length`` with its count (before any query).
     RecoveryError
         :class:`KinkError`, :class:`RegionFitError`, :class:`OrientationError`,
         :class:`attnlearn.CheckFailedError` (a check failed: the conditions of chapter 6 do not
         hold, or float64 is not accurate enough), or the errors of :func:`attnlearn.learn`.
     """
-    d = _count(d, "d", 1)
+    d = check_oracle(oracle, d)
     if d < 2:
         raise ValueError("learn_transformer needs d >= 2: in d = 1 all nu_j are parallel (one kink at 0)")
-    if d != oracle.d:
-        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
-    holdout = _count(holdout, "holdout", 0)
-    grid = _count(grid, "grid", 2)
-    max_shrinks = _count(max_shrinks, "max_shrinks", 0)
-    max_units = _count(max_units, "max_units", 1)
-    if not (isinstance(perturbation, numbers.Real) and 0 < perturbation < 1):
+    if (heads is None) == (max_heads is None):
+        raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
+    n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
+    seed = check_seed(seed, generator=False)
+    robust = check_flag(robust, "robust")
+    holdout = check_count(holdout, "holdout", 0)
+    grid = check_count(grid, "grid", 2)
+    max_shrinks = check_count(max_shrinks, "max_shrinks", 0)
+    max_units = check_count(max_units, "max_units", 1)
+    if isinstance(perturbation, (bool, np.bool_)) or not isinstance(perturbation, numbers.Real):
+        raise TypeError(f"perturbation must be a number in (0, 1), got {type(perturbation).__name__} {perturbation!r}")
+    if not 0 < perturbation < 1:
         raise ValueError(f"perturbation must be a number in (0, 1), got {perturbation!r}")
     exact = oracle.exact
     if holdout_tol is None:
         holdout_tol = 10.0 ** (-oracle.dps / 2) if exact else 1e-5
+    holdout_tol = check_real(holdout_tol, "holdout_tol", positive=True)
+    max_queries = check_count(max_queries, "max_queries")
+    max_length = check_count(max_length, "max_length")
+    # step 1 asks learn's queries of D, two real queries each; step 2 starts with grid + 1
+    step1, longest = learn_cost(d, n, robust=robust and not exact, holdout=Tolerances.for_mode(
+        exact=exact, dps=oracle.dps).holdout)
+    parts = {f"step 1 ({k})": 2 * v for k, v in step1.items()}
+    parts.update({"kink grid": grid + 1, "held-out": holdout})
+    check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     before = oracle.queries
     # ---- step 1: attention from D(X) = T(X) - T(-X) ------------------------------------
     Dor = _DifferenceOracle(oracle)
     kw = {"robust": robust} if not exact else {}
-    att = learn(Dor, d, heads=heads, max_heads=max_heads, seed=seed, **kw)
+    att = learn(Dor, d, heads=heads, max_heads=max_heads, seed=seed, max_queries=max_queries, max_length=max_length,
+                **kw)
     q_att = oracle.queries - before
     with working_precision(oracle):
         return _steps(oracle, att, q_att, seed=seed, holdout=holdout, grid=grid, perturbation=perturbation,

@@ -378,3 +378,130 @@ def test_noise_above_margin_raises_or_is_within_estimate():
     except al.RecoveryError:
         return
     assert param_error(rec.model, model) <= rec.error_estimate
+
+
+# --- issue 13: every argument validated, absurd requests refused before any query ----------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"robust": True, "redraw_rounds": -1}, ValueError, r"redraw_rounds must be a non-negative integer, got -1"),
+        ({"redraw_rounds": -1}, ValueError, r"redraw_rounds must be a non-negative integer, got -1"),
+        ({"redraw_rounds": 1.5}, TypeError, r"redraw_rounds must be a non-negative integer, got float 1.5"),
+        ({"redraw_rounds": True}, TypeError, r"redraw_rounds must be a non-negative integer, got bool True"),
+        ({"output_error": -1}, ValueError, r"output_error must be a finite number >= 0, got -1"),
+        ({"output_error": float("nan")}, ValueError, r"output_error must be a finite number >= 0, got nan"),
+        ({"output_error": float("inf")}, ValueError, r"output_error must be a finite number >= 0, got inf"),
+        ({"output_error": "a"}, TypeError, r"output_error must be a finite number >= 0, got str 'a'"),
+        ({"output_error": True}, TypeError, r"output_error must be a finite number >= 0, got bool True"),
+        ({"spread": "a"}, TypeError, r"spread must be a positive number \(finite, > 0\), got str 'a'"),
+        ({"spread": True}, TypeError, r"spread must be a positive number \(finite, > 0\), got bool True"),
+        ({"spread": float("inf")}, ValueError, r"spread must be a positive number \(finite, > 0\), got inf"),
+        ({"robust": "yes"}, TypeError, r"robust must be True or False, got str 'yes'"),
+        ({"robust": 1}, TypeError, r"robust must be True or False, got int 1"),
+        ({"seed": -1}, ValueError, r"seed must be None, a non-negative integer, a sequence of them or a numpy "
+                                   r"Generator, got -1"),
+        ({"seed": 1.5}, TypeError, r"seed must be None, .* got float 1.5"),
+        ({"seed": "a"}, TypeError, r"seed must be None, .* got str 'a'"),
+        ({"seed": True}, TypeError, r"seed must be None, .* got bool True"),
+        ({"seed": [1, -2]}, ValueError, r"seed must be None, .* got \[1, -2\]"),
+        ({"holdout": 1.0}, TypeError, r"holdout must be a non-negative integer, got float 1.0"),
+        ({"max_queries": 0}, ValueError, r"max_queries must be a positive integer, got 0"),
+        ({"max_length": 2.5}, TypeError, r"max_length must be a positive integer, got float 2.5"),
+    ],
+)
+def test_every_argument_is_named(kwargs, exc, match):
+    oracle = Oracle(random_model(2, 2, seed=1))
+    with pytest.raises(exc, match=match):
+        learn(oracle, 2, heads=2, **kwargs)
+    assert oracle.queries == 0  # refused at the door
+
+
+@pytest.mark.parametrize("oracle", [None, object(), np.zeros(3)])
+def test_an_oracle_without_the_protocol_is_named(oracle):
+    with pytest.raises(TypeError, match=r"oracle must have \.d, \.exact, \.dps and \.batch\(Xs\)"):
+        learn(oracle, 2, heads=1)
+
+
+def test_d_of_the_wrong_type_is_a_type_error():
+    with pytest.raises(TypeError, match=r"d must be a positive integer, got float 2.0"):
+        learn(Oracle(random_model(1, 2, seed=0)), 2.0, heads=1)
+
+
+def test_zero_output_error_is_refused_in_exact_mode_only():
+    model = random_model(2, 2, seed=1)
+    oracle = Oracle(model, precision=50)
+    with pytest.raises(ValueError, match=r"output_error must be > 0 in exact mode: the oracle's answers are rounded "
+                                         r"to 50 digits"):
+        learn(oracle, 2, heads=2, output_error=0)
+    assert oracle.queries == 0
+    # float64: 0 means "nothing beyond the oracle's own rounding", which is always added
+    rec = learn(Oracle(model), 2, heads=2, output_error=0)
+    assert rec.output_error > 0
+    assert param_error(rec.model, model) <= rec.error_estimate
+
+
+def test_numeric_arguments_of_other_types_are_the_same_call():
+    model = random_model(2, 2, seed=3)
+    ref = learn(Oracle(model), 2, heads=2, robust=True, output_error=1e-12, spread=2.0, holdout=8)
+    alt = learn(Oracle(model), 2, heads=np.int64(2), robust=np.True_, output_error=np.float32(1e-12).item(),
+                spread=mpmath.mpf(2), holdout=np.int32(8), seed=np.random.default_rng(0), redraw_rounds=np.int8(4))
+    assert alt.queries == ref.queries
+    np.testing.assert_array_equal(alt.model.W, ref.model.W)
+    np.testing.assert_array_equal(alt.model.v, ref.model.v)
+
+
+@pytest.mark.parametrize(
+    "d, kwargs, match",
+    [
+        (1, {"heads": 10**6}, r"this request would ask 4,000,002 queries \(design 2,000,001, held-out 2,000,001\) of "
+                              r"up to 2,000,001 tokens: its longest query \(2n \+ 1 with n = 1,000,000\) is longer "
+                              r"than max_length = 129; pass max_length=2000001 to allow it"),
+        (2, {"heads": 10**6}, r"this request would ask 16,000,002 queries \(design 14,000,001, held-out 2,000,001\) "
+                              r"of up to 2,000,001 tokens, more than max_queries = 10,000,000: pass "
+                              r"max_queries=16000002 to allow it"),
+        (2, {"max_heads": 10**6, "holdout": 0}, r"14,000,001 queries \(design 14,000,001\) .* more than max_queries"),
+        (2, {"heads": 2, "holdout": 10**9}, r"this request would ask 1,000,000,029 queries \(design 29, held-out "
+                                            r"1,000,000,000\) of up to 5 tokens, more than max_queries = 10,000,000"),
+    ],
+)
+def test_absurd_requests_are_refused_before_any_query(d, kwargs, match):
+    import time  # (appended tests: the module's imports are left as they are)
+
+    oracle = Oracle(random_model(2, d, seed=1))
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=match):
+        learn(oracle, d, **kwargs)
+    assert oracle.queries == 0
+    assert time.perf_counter() - t0 < 5.0  # generous: the refusal does no work (was > 10 s of allocation)
+
+
+def test_the_limits_are_exact_and_can_be_raised():
+    model = random_model(1, 2, seed=4)
+    count, longest = query_budget(2, 1)
+    with pytest.raises(ValueError, match=rf"would ask {count} queries \(design {count}\) of up to {longest} tokens, "
+                                         rf"more than max_queries = {count - 1}"):
+        learn(Oracle(model), 2, heads=1, holdout=0, max_queries=count - 1)
+    assert learn(Oracle(model), 2, heads=1, holdout=0, max_queries=count).queries["total"] == count
+    with pytest.raises(ValueError, match=rf"longer than max_length = {longest - 1}; pass max_length={longest}"):
+        learn(Oracle(model), 2, heads=1, max_length=longest - 1)
+    assert learn(Oracle(model), 2, heads=1, max_length=longest).max_length == longest
+    # d = 1, n = 65 is refused by default (longest query 131 > 129) and runs when allowed
+    m1 = random_model(1, 1, seed=4)
+    with pytest.raises(ValueError, match=r"2n \+ 1 with n = 65\) is longer than max_length = 129"):
+        learn(Oracle(m1), 1, heads=65)
+    assert learn(Oracle(m1), 1, heads=65, holdout=0, max_length=131).queries["design"] == query_budget(1, 65)[0]
+
+
+@pytest.mark.parametrize("robust", [False, True])
+@pytest.mark.parametrize("holdout", [0, 3, 40])
+def test_the_cost_estimate_is_what_learn_asks(robust, holdout):
+    from attnlearn.learner.pipeline import learn_cost
+
+    model = random_model(2, 3, seed=5)
+    rec = learn(Oracle(model), 3, heads=2, robust=robust, holdout=holdout)
+    parts, longest = learn_cost(3, 2, robust=robust, holdout=holdout)
+    assert parts == {"design": rec.queries["design"], "constants": rec.queries["constants"],
+                     "held-out": rec.queries["holdout"]}
+    assert longest == rec.max_length

@@ -175,9 +175,10 @@ def test_float32_rounding_in_exact_mode(model):
 
 
 @pytest.mark.parametrize("cls,kw", [(UniformNoise, "epsilon"), (GaussianNoise, "sigma")])
-@pytest.mark.parametrize("bad", [-1e-3, float("nan"), float("inf"), "0.1", None])
-def test_invalid_noise_parameters(cls, kw, bad):
-    with pytest.raises(ValueError, match=f"{kw} must be a finite number >= 0"):
+@pytest.mark.parametrize("bad, exc", [(-1e-3, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                                      ("0.1", TypeError), (None, TypeError)])
+def test_invalid_noise_parameters(cls, kw, bad, exc):
+    with pytest.raises(exc, match=f"{kw} must be a finite number >= 0"):
         cls(bad)
 
 
@@ -219,3 +220,36 @@ def test_perturbation_mode_bad_value(monkeypatch):
     monkeypatch.setenv("ATTNLEARN_PERTURB", "yes")
     with pytest.raises(ValueError, match=r"ATTNLEARN_PERTURB must be an integer seed \(or unset\), got 'yes'"):
         Oracle(random_model(1, 2, seed=0))
+
+
+# --- issue 13: every parameter named -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls,kw", [(UniformNoise, "epsilon"), (GaussianNoise, "sigma")])
+@pytest.mark.parametrize("bad", [True, False, np.True_, 1j, [1e-3]])
+def test_noise_parameter_must_be_a_real_number(cls, kw, bad):
+    with pytest.raises(TypeError, match=rf"{kw} must be a finite number >= 0, got {type(bad).__name__}"):
+        cls(bad)
+
+
+@pytest.mark.parametrize("cls,kw", [(UniformNoise, "epsilon"), (GaussianNoise, "sigma")])
+@pytest.mark.parametrize("good", [0, 1e-3, np.float32(0.5), mpmath.mpf("1e-3"), np.int64(2)])
+def test_noise_parameter_of_any_real_type(cls, kw, good):
+    assert getattr(cls(good), kw) == float(good)
+
+
+@pytest.mark.parametrize("seed, exc, match", [
+    (True, TypeError, "seed must be None, a non-negative integer, a sequence of them or a numpy Generator, got bool"),
+    (1.5, TypeError, "seed must be None, .* got float 1.5"),
+    ("0", TypeError, "seed must be None, .* got str '0'"),
+    (-3, ValueError, "seed must be None, .* got -3"),
+])
+def test_bad_seed_is_named(model, seed, exc, match):
+    with pytest.raises(exc, match=match):
+        Oracle(model, noise=UniformNoise(1e-3), seed=seed)
+
+
+@pytest.mark.parametrize("seed", [None, 0, np.uint8(4), [1, 2], np.random.default_rng(3)])
+def test_good_seeds_are_accepted(model, seed):
+    o = Oracle(model, noise=UniformNoise(1e-3), seed=seed)
+    assert len(o.batch(np.zeros((2, 1, 3)))) == 2

@@ -112,10 +112,11 @@ def test_wrong_d():
     assert o.queries == 0
 
 
-@pytest.mark.parametrize("d", [0, -2, 2.0, 2.5, "3", True, None])
-def test_bad_d(d):
+@pytest.mark.parametrize("d, exc", [(0, ValueError), (-2, ValueError), (2.0, TypeError), (2.5, TypeError),
+                                    ("3", TypeError), (True, TypeError), (None, TypeError)])
+def test_bad_d(d, exc):
     o = Oracle(single_head(np.random.default_rng(65), 2))
-    with pytest.raises(ValueError, match="d must be a positive integer"):
+    with pytest.raises(exc, match="d must be a positive integer"):
         learn_single_head(o, d)
 
 
@@ -163,3 +164,22 @@ def test_balanced_basis_near_the_ones_direction():
                 U = balanced_basis(sgn * v)
                 np.testing.assert_allclose(U.T @ U, np.eye(d), atol=4e-16 * d)
                 np.testing.assert_allclose(U.T @ (sgn * v), np.full(d, np.linalg.norm(v) / np.sqrt(d)), rtol=1e-14)
+
+
+# --- issue 13: d and the oracle checked as learn checks them ------------------------------------
+
+
+@pytest.mark.parametrize("oracle", [None, object(), np.zeros(3)])
+def test_an_oracle_without_the_protocol_is_named(oracle):
+    with pytest.raises(TypeError, match=r"oracle must have \.d, \.exact, \.dps and \.batch\(Xs\)"):
+        learn_single_head(oracle, 2)
+
+
+@pytest.mark.parametrize("d, exc, match", [(0, ValueError, "d must be a positive integer, got 0"),
+                                           ("2", TypeError, "d must be a positive integer, got str '2'"),
+                                           (3, ValueError, "d = 3 does not match the oracle's token width 2")])
+def test_bad_d_asks_nothing(d, exc, match):
+    o = Oracle(single_head(np.random.default_rng(67), 2))
+    with pytest.raises(exc, match=match):
+        learn_single_head(o, d)
+    assert o.queries == 0

@@ -346,3 +346,71 @@ def test_output_scale_does_not_matter(scale):
     assert rec.units == 4 and output_error(Ts, rec.model, n=50) <= 1e-20
     rec = learn_transformer(Oracle(Ts), 3, heads=2, robust=True)
     assert rec.units == 4 and output_error(Ts, rec.model, n=50, exact=False) <= 1e-6
+
+
+# --- issue 13: every argument validated before any query, absurd requests refused ----------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"holdout_tol": -1}, ValueError, r"holdout_tol must be a positive number \(finite, > 0\), got -1"),
+        ({"holdout_tol": 0.0}, ValueError, r"holdout_tol must be a positive number \(finite, > 0\), got 0.0"),
+        ({"holdout_tol": float("nan")}, ValueError, r"holdout_tol must be a positive number \(finite, > 0\), got nan"),
+        ({"holdout_tol": "a"}, TypeError, r"holdout_tol must be a positive number \(finite, > 0\), got str 'a'"),
+        ({"grid": 2.0}, TypeError, r"grid must be an integer >= 2, got float 2.0"),
+        ({"grid": True}, TypeError, r"grid must be an integer >= 2, got bool True"),
+        ({"perturbation": True}, TypeError, r"perturbation must be a number in \(0, 1\), got bool True"),
+        ({"perturbation": "a"}, TypeError, r"perturbation must be a number in \(0, 1\), got str 'a'"),
+        ({"perturbation": float("nan")}, ValueError, r"perturbation must be a number in \(0, 1\), got nan"),
+        ({"max_shrinks": -1}, ValueError, r"max_shrinks must be a non-negative integer, got -1"),
+        ({"max_shrinks": 1.0}, TypeError, r"max_shrinks must be a non-negative integer, got float 1.0"),
+        ({"max_units": 0}, ValueError, r"max_units must be a positive integer, got 0"),
+        ({"holdout": -1}, ValueError, r"holdout must be a non-negative integer, got -1"),
+        ({"seed": -1}, ValueError, r"seed must be a non-negative integer, got -1"),
+        ({"seed": None}, TypeError, r"seed must be a non-negative integer, got NoneType None"),
+        ({"robust": "yes"}, TypeError, r"robust must be True or False, got str 'yes'"),
+        ({"heads": 0}, ValueError, r"heads must be a positive integer, got 0"),
+        ({"heads": 1.5}, TypeError, r"heads must be a positive integer, got float 1.5"),
+        ({"max_queries": -5}, ValueError, r"max_queries must be a positive integer, got -5"),
+    ],
+)
+def test_every_argument_is_named_before_any_query(kwargs, exc, match):
+    o = Oracle(OneLayerTransformer.random(2, 1, 2))
+    kwargs = {"heads": 1, **kwargs}
+    with pytest.raises(exc, match=match):
+        learn_transformer(o, 2, **kwargs)
+    assert o.queries == 0
+
+
+def test_an_oracle_without_the_protocol_is_named_by_learn_transformer():
+    with pytest.raises(TypeError, match=r"oracle must have \.d, \.exact, \.dps and \.batch\(Xs\)"):
+        learn_transformer(None, 2, heads=1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"heads": 10**6}, r"32,000,053 queries \(step 1 \(design\) 28,000,002, step 1 \(held-out\) 4,000,002, kink "
+                           r"grid 17, held-out 32\) of up to 2,000,001 tokens, more than max_queries = 10,000,000"),
+        ({"heads": 1, "holdout": 10**9}, r"1,000,000,111 queries .* held-out 1,000,000,000\) of up to 3 tokens, more "
+                                         r"than max_queries = 10,000,000: pass max_queries=1000000111 to allow it"),
+        ({"heads": 1, "grid": 10**8}, r"kink grid 100,000,001, .* more than max_queries = 10,000,000"),
+        ({"heads": 100}, r"its longest query \(2n \+ 1 with n = 100\) is longer than max_length = 129"),
+    ],
+)
+def test_absurd_requests_are_refused_before_any_query_by_learn_transformer(kwargs, match):
+    o = Oracle(OneLayerTransformer.random(2, 1, 2))
+    with pytest.raises(ValueError, match=match):
+        learn_transformer(o, 2, **kwargs)
+    assert o.queries == 0
+
+
+def test_the_transformer_cost_estimate_counts_step_one():
+    from attnlearn.learner.pipeline import learn_cost
+
+    T = OneLayerTransformer.random(2, 1, 2, seed=0)
+    rec = learn_transformer(Oracle(T), 2, heads=1, holdout=7)
+    parts, _ = learn_cost(2, 1, robust=False, holdout=32)  # learn's float64 default on D
+    assert rec.queries["attention"] == 2 * sum(parts.values())
+    assert rec.queries["holdout"] == 7

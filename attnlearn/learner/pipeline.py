@@ -10,9 +10,11 @@ robust mode's redraws (:mod:`~.robust`), the constants and their calibration
 (:mod:`~.checks`). Every tolerance is in :mod:`~.tolerances`.
 """
 
+import math
 import numbers
 from dataclasses import dataclass
 
+import mpmath
 import numpy as np
 
 from .._arith import to_mp, working_precision
@@ -24,20 +26,149 @@ from .constants import fit_calibrated, set_constants, solve_V
 from .design import build_design, draw_directions, node_pairs, scale_factor
 from .fitting import ConfigState, collect_fits, fit_block_one, fit_probe, sample_errors
 from .labelling import label_crosses, label_links
-from .results import Diagnostics
+from .results import Diagnostics, query_budget
 from .robust import redraw
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
-from .tolerances import Tolerances
+from .tolerances import MAX_LENGTH, MAX_QUERIES, Tolerances
 
-__all__ = ["learn", "Options"]
+__all__ = ["learn", "Options", "check_count", "check_flag", "check_real", "check_seed", "check_oracle",
+           "check_cost", "learn_cost"]
 
 
-def _check_count(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
+def check_count(value, name, minimum=1):
+    """``value`` as an ``int`` if it is an integer (not a bool) at least ``minimum``.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not an integer (a bool, a float such as ``2.0``, a string, None).
+    ValueError
+        ``value`` is below ``minimum``.
+    """
+    what = "a positive integer" if minimum == 1 else ("a non-negative integer" if minimum == 0
+                                                      else f"an integer >= {minimum}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be {what}, got {value}")
     return int(value)
+
+
+_check_count = check_count  # the name of earlier versions
+
+
+def check_flag(value, name):
+    """``value`` as a ``bool`` if it is one (``True``/``False`` or a numpy bool); else TypeError."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_real(value, name, *, positive=False):
+    """``value`` unchanged if it is a finite real number (a Python, numpy or mpmath number, not a
+    bool) that is ``> 0`` (``positive``) or ``>= 0``.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not a real number.
+    ValueError
+        ``value`` is not finite or out of range.
+    """
+    what = "a positive number (finite, > 0)" if positive else "a finite number >= 0"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    finite = mpmath.isfinite(value) if isinstance(value, mpmath.mpf) else math.isfinite(value)
+    if not (finite and (value > 0 if positive else value >= 0)):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_seed(value, name="seed", *, generator=True):
+    """``value`` unchanged if :func:`numpy.random.default_rng` takes it: None, a non-negative integer,
+    a sequence of them or (with ``generator``) a ``Generator``, ``BitGenerator`` or ``SeedSequence``.
+
+    Raises
+    ------
+    TypeError
+        A bool, a float, a string or any other object.
+    ValueError
+        A negative integer.
+    """
+    kinds = (np.random.Generator, np.random.BitGenerator, np.random.SeedSequence)
+    what = ("None, a non-negative integer, a sequence of them or a numpy Generator" if generator
+            else "a non-negative integer")
+    if generator and (value is None or isinstance(value, kinds)):
+        return value
+    ints = value if isinstance(value, (list, tuple, np.ndarray)) and generator else [value]
+    if not (len(ints) and all(isinstance(i, numbers.Integral) and not isinstance(i, (bool, np.bool_))
+                              for i in np.ravel(np.asarray(ints, dtype=object)))):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    if any(i < 0 for i in np.ravel(np.asarray(ints, dtype=object))):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return value
+
+
+def check_oracle(oracle, d):
+    """``d`` as an ``int`` if it is a positive integer equal to the token width of ``oracle``, an
+    object with ``.d``, ``.exact``, ``.dps`` and ``.batch(Xs)`` (an :class:`attnlearn.Oracle` or
+    any object following its protocol)."""
+    missing = [a for a in ("d", "exact", "dps", "batch") if not hasattr(oracle, a)]
+    if missing:
+        raise TypeError(
+            f"oracle must have .d, .exact, .dps and .batch(Xs) (an attnlearn.Oracle or an object following "
+            f"its protocol); {type(oracle).__name__} has no {', '.join('.' + a for a in missing)}"
+        )
+    d = check_count(d, "d")
+    if d != oracle.d:
+        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
+    return d
+
+
+def holdout_count(holdout, n):
+    """Queries asked for ``holdout`` held-out queries with :math:`n` heads: at least one of every
+    length :math:`1..2n+1` (:func:`~.checks.holdout_batches`), so ``max(holdout, 2n + 1)`` or 0."""
+    return max(holdout, 2 * n + 1) if holdout else 0
+
+
+def check_cost(parts, longest, *, max_queries, max_length, n):
+    """Refuse a request whose cost is absurd, before any query.
+
+    Parameters
+    ----------
+    parts : dict of str to int
+        The queries the request needs, by kind (e.g. ``design``, ``held-out``).
+    longest : int
+        Its longest query, in tokens.
+    max_queries, max_length : int
+        The limits (see :data:`~.tolerances.MAX_QUERIES` and :data:`~.tolerances.MAX_LENGTH`).
+    n : int
+        The number of heads (``heads`` or ``max_heads``) that sets the longest query.
+
+    Raises
+    ------
+    ValueError
+        More queries than ``max_queries`` or a query longer than ``max_length``, with the count.
+    """
+    total = sum(parts.values())
+    cost = (f"{total:,} queries ({', '.join(f'{k} {v:,}' for k, v in parts.items() if v)}) of up to "
+            f"{longest:,} tokens")
+    if total > max_queries:
+        raise ValueError(f"this request would ask {cost}, more than max_queries = {max_queries:,}: pass "
+                         f"max_queries={total} to allow it")
+    if longest > max_length:
+        raise ValueError(f"this request would ask {cost}: its longest query (2n + 1 with n = {n:,}) is longer "
+                         f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
+
+
+def learn_cost(d, n, *, robust, holdout):
+    """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
+    the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7), robust mode's
+    :math:`d-1` constants and the held-out queries (robust mode's redraws depend on the answers and
+    are not counted)."""
+    count, longest = query_budget(d, n)
+    parts = {"design": count, "constants": d - 1 if robust else 0, "held-out": holdout_count(holdout, n)}
+    return parts, longest
 
 
 @dataclass(frozen=True)
@@ -58,38 +189,48 @@ class Options:
     nodes: str
 
 
-def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, **rest):
-    """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults; returns the
-    :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
+def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
+             redraw_rounds, max_queries, max_length):
+    """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults, refuse an absurd
+    cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
     if (heads is None) == (max_heads is None):
         raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
-    n = _check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
-    d = _check_count(d, "d")
-    if d != oracle.d:
-        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
+    n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
+    d = check_oracle(oracle, d)
     tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
     if method not in ("linearised", "loewner"):
         raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
+    robust = check_flag(robust, "robust")
     if oracle.exact and robust:
         raise ValueError("robust=True is a float64 mode; exact mode needs no extra queries")
-    if holdout is None:
-        holdout = tol.holdout
-    if isinstance(holdout, bool) or not isinstance(holdout, numbers.Integral) or holdout < 0:
-        raise ValueError(f"holdout must be a non-negative integer, got {holdout!r}")
+    holdout = check_count(tol.holdout if holdout is None else holdout, "holdout", 0)
     if nodes is None:
         nodes = "ratios" if robust or oracle.exact else "copies"
     if nodes not in ("copies", "ratios"):
         raise ValueError(f'nodes must be "copies" or "ratios", got {nodes!r}')
     if spread is None:
         spread = tol.default_spread(nodes)
-    if not (np.isfinite(spread) and spread > 0):
-        raise ValueError(f"spread must be a positive number, got {spread!r}")
+    spread = check_real(spread, "spread", positive=True)
+    seed = check_seed(seed)
+    if output_error is not None:
+        output_error = check_real(output_error, "output_error")
+        if oracle.exact and output_error == 0:
+            raise ValueError(
+                f"output_error must be > 0 in exact mode: the oracle's answers are rounded to {oracle.dps} digits "
+                "(omit it for the default, one unit of the last digit)"
+            )
+    redraw_rounds = check_count(redraw_rounds, "redraw_rounds", 0)
+    max_queries = check_count(max_queries, "max_queries")
+    max_length = check_count(max_length, "max_length")
+    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout)
+    check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
-                   nodes=nodes, **rest), tol
+                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds), tol
 
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
-          spread=None, method="linearised", redraw_rounds=4, nodes=None):
+          spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
+          max_length=MAX_LENGTH):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -102,8 +243,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         Exactly one: the model's number of heads :math:`H` (claim C6) or an upper bound
         :math:`H_0` (claim C7). Either way :math:`n` = that number sets the nodes
         :math:`t=1..2n`; the canonical count :math:`H'\le n` is detected.
-    seed : int, keyword-only
-        Seed of the learner's random query vectors.
+    seed : int, sequence of int, numpy Generator or None, keyword-only
+        Seed of the learner's random query vectors (anything :func:`numpy.random.default_rng`
+        takes, but not a bool or a float).
     robust : bool, keyword-only
         float64 practice mode: query each block's constant :math:`V^\top q_k` directly
         (:math:`d-1` extra queries, reported) instead of deriving it from the learned
@@ -111,7 +253,10 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     output_error : float, optional, keyword-only
         Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
         :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
-        :math:`4\,\epsilon_{64}` times it in float64 (the oracle's own rounding).
+        :math:`4\,\epsilon_{64}` times it in float64 (the oracle's own rounding). A finite
+        number :math:`\ge 0`; in float64 the oracle's own rounding is added to it, so 0 says
+        "no error beyond the oracle's rounding" (and turns on the checks of a stated output
+        error); in exact mode it must be :math:`> 0`, the answers having ``dps`` digits.
     holdout : int, optional, keyword-only
         Number of held-out random queries used to check the result. Default 0 in exact
         mode (so the count is exactly the paper's) and 32 in float64.
@@ -125,7 +270,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     method : {"linearised", "loewner"}, keyword-only
         float64 interpolation formulation (chapter 3 compares them).
     redraw_rounds : int, keyword-only
-        Robust mode: how many times ill-conditioned configurations are redrawn (each
+        Robust mode: how many times (an integer :math:`\ge 0`) ill-conditioned configurations are redrawn (each
         redraw costs :math:`2n` queries per configuration, reported in
         ``recovery.queries["redraws"]``, with one query per redrawn block constant).
     nodes : {"copies", "ratios"}, optional, keyword-only
@@ -136,6 +281,16 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         and with ``robust=True``). Both give exactly the paper's count
         :math:`4nd^2-2n+1` and longest query :math:`2n+1`; the ratios are far better
         conditioned (chapter 3; chapter 4 compares the two in exact mode).
+    max_queries : int, keyword-only
+        Refuse, before any query, a request that needs more queries than this: the design's
+        :math:`4nd^2-2n+1`, robust mode's :math:`d-1` constants and the held-out queries (at
+        least :math:`2n+1` when ``holdout > 0``, one of every length); robust mode's redraws
+        depend on the answers and are not counted. Default
+        :data:`~attnlearn.learner.tolerances.MAX_QUERIES` (:math:`10^7`).
+    max_length : int, keyword-only
+        Refuse, before any query, a request whose longest query (:math:`2n+1` tokens) is
+        longer than this. Default :data:`~attnlearn.learner.tolerances.MAX_LENGTH` (129,
+        i.e. :math:`n\le 64`).
 
     Returns
     -------
@@ -143,6 +298,13 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
 
     Raises
     ------
+    TypeError
+        An argument of the wrong type (e.g. ``robust="yes"``, ``output_error="a"``, an oracle
+        without ``.d``/``.exact``/``.dps``/``.batch``), naming it.
+    ValueError
+        An argument out of range (e.g. ``redraw_rounds=-1``, ``output_error=nan``), naming it;
+        or a request costing more than ``max_queries`` queries or ``max_length`` tokens per
+        query, with its count and longest query. Both are raised before any query.
     RecoveryError
         A subclass naming the configuration and the residual when a check fails:
         :class:`PoleError`, :class:`InconsistentHeadCountError`,
@@ -176,7 +338,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
            Queries", arXiv:2608.03294, 2026.
     """
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
-                   method=method, robust=robust, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds)
+                        method=method, robust=robust, seed=seed, output_error=output_error,
+                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length)
     with working_precision(oracle):
         return _pipeline(oracle, opt, tol)
 

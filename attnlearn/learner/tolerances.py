@@ -12,9 +12,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerances"]
+__all__ = ["Tolerances", "MAX_QUERIES", "MAX_LENGTH"]
 
 EPS64 = np.finfo(float).eps  # float64 unit roundoff (an np.float64, as the learner has always used it)
+
+#: Default ``max_queries`` of :func:`attnlearn.learn` and :func:`attnlearn.learn_transformer`: the
+#: most queries (design, robust mode's constants and held-out queries, counted before any is
+#: asked) a call may need before it is refused. Every design of the book asks fewer than
+#: :math:`10^5`; :math:`10^7` queries of a few tokens each are minutes of a float64 oracle and
+#: gigabytes of samples, and beyond that a request (``heads=10**6``, ``holdout=10**9``) is a
+#: mistake far more often than a plan. Raise it with ``max_queries=``.
+MAX_QUERIES = 10**7
+
+#: Default ``max_length`` of :func:`attnlearn.learn` and :func:`attnlearn.learn_transformer`: the
+#: longest query (:math:`2n+1` tokens for :math:`n` heads) a call may need before it is refused,
+#: i.e. :math:`n\le 64`. Every configuration is fitted by a rational function of degree
+#: :math:`n` from :math:`2n` samples: float64 separates a handful of heads (chapter 3), exact
+#: mode needs more digits as :math:`n` grows, and the ratio nodes' construction alone grows as
+#: :math:`n^3` (about 6 s at :math:`n=50`, 90 s at :math:`n=100`); the book uses
+#: :math:`n\le 5`. Raise it with ``max_length=``.
+MAX_LENGTH = 129
 
 
 @dataclass(frozen=True)
