@@ -4,6 +4,7 @@ Used in: chapter 2 (introduced), chapters 3-6 (every recovery is scored with
 :func:`param_error` against :func:`canonical` of the true model).
 """
 
+import mpmath
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
@@ -13,14 +14,39 @@ from .model import MultiHeadAttention
 __all__ = ["canonical", "param_error", "default_atol"]
 
 
+def _input_prec(*arrays):
+    r"""Working precision (bits) that carries every mpmath entry of ``arrays`` exactly.
+
+    An ``mpf`` does not record the precision it was computed at, but its mantissa is
+    stored exactly (``x._mpf_[3]`` is its bit count), and a value computed at ``p`` bits has
+    at most ``p`` of them. The largest bit count over the inputs is therefore the precision
+    the inputs carry (a value with trailing zero bits reports fewer, so the maximum over a
+    model's entries is used); mpmath's current precision is kept when it is larger, so a
+    caller's ``mpmath.workdps`` still raises it and float64-sized inputs compute exactly as
+    they did at the current precision.
+    """
+    prec = mpmath.mp.prec
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype != object:
+            continue
+        for x in a.reshape(-1):
+            if isinstance(x, mpmath.mpf):
+                prec = max(prec, x._mpf_[3])
+    return prec
+
+
 def default_atol(model):
     r"""The default tolerance of :func:`canonical`: :math:`\epsilon^{3/4}\,s`.
 
-    :math:`\epsilon` is the unit roundoff of the model's arithmetic (float64, or mpmath's
-    current precision) and :math:`s=\max(1,\max|W|,\max|v|)` the model's scale.
+    :math:`\epsilon` is the unit roundoff of the model's arithmetic (float64, or for an
+    mpmath model the precision its entries carry: the larger of mpmath's current precision
+    and the largest mantissa of an entry, see :func:`canonical`) and
+    :math:`s=\max(1,\max|W|,\max|v|)` the model's scale.
     """
     scale = max(1.0, absmax(model.W), absmax(model.v))
-    return eps_of(model.W) ** 0.75 * scale
+    with mpmath.workprec(_input_prec(model.W, model.v)):
+        return eps_of(model.W) ** 0.75 * scale
 
 
 def _sort_key(W, v):
@@ -53,9 +79,22 @@ def canonical(model, *, atol=None):
     as one head with value vector :math:`\sum v_h`; a head with :math:`v=0` outputs zero.
     Chapter 2 shows that two models define the same function exactly when their
     canonical forms agree up to a permutation of heads (DESIGN §2).
+
+    An mpmath model is merged at the precision its entries carry, not at mpmath's
+    global one: the working precision is the larger of ``mpmath.mp.prec`` and the
+    largest mantissa (in bits) of an entry of ``W`` or ``v``, which holds every entry
+    exactly. So a 60-digit model gives the same canonical form (the merged
+    :math:`\sum v_h` to 60 digits) at the default 15 digits as inside
+    ``mpmath.workdps(60)``; a float64 model, or one whose entries carry no more than the
+    current precision, is merged exactly as before.
     """
     if not isinstance(model, MultiHeadAttention):
         raise TypeError(f"canonical expects a MultiHeadAttention, got {type(model).__name__}")
+    with mpmath.workprec(_input_prec(model.W, model.v)):
+        return _canonical(model, atol)
+
+
+def _canonical(model, atol):
     if atol is None:
         atol = default_atol(model)
     if not (np.isfinite(atol) and atol >= 0):
@@ -122,6 +161,13 @@ def param_error(a, b):
         differ; ``0.0`` when both models have no heads. Differences are taken in mpmath
         when either model is, so errors far below float64 resolution are reported.
 
+    Notes
+    -----
+    In mpmath the differences and norms are computed at the precision the inputs carry
+    (the larger of ``mpmath.mp.prec`` and the largest mantissa of an entry of either
+    model, as in :func:`canonical`), never below it: the error of a 60-digit recovery
+    is measured to 60 digits whatever mpmath's global precision.
+
     References
     ----------
     .. [1] H. W. Kuhn, "The Hungarian method for the assignment problem", Naval Research
@@ -137,12 +183,13 @@ def param_error(a, b):
     if a.H == 0:
         return 0.0
     Wa, va, Wb, vb = a.W, a.v, b.W, b.v
-    if is_mp(Wa) or is_mp(Wb):
-        Wa, va, Wb, vb = (to_mp(x) for x in (Wa, va, Wb, vb))
-    H = a.H
-    cost = np.empty((H, H))
-    for i in range(H):
-        for j in range(H):
-            cost[i, j] = max(_rel(Wa[i] - Wb[j], Wb[j]), _rel(va[i] - vb[j], vb[j]))
+    with mpmath.workprec(_input_prec(Wa, va, Wb, vb)):
+        if is_mp(Wa) or is_mp(Wb):
+            Wa, va, Wb, vb = (to_mp(x) for x in (Wa, va, Wb, vb))
+        H = a.H
+        cost = np.empty((H, H))
+        for i in range(H):
+            for j in range(H):
+                cost[i, j] = max(_rel(Wa[i] - Wb[j], Wb[j]), _rel(va[i] - vb[j], vb[j]))
     rows, cols = linear_sum_assignment(cost)
     return float(cost[rows, cols].max())
