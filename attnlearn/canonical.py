@@ -22,8 +22,8 @@ def _input_prec(*arrays):
     at most ``p`` of them. The largest bit count over the inputs is therefore the precision
     the inputs carry (a value with trailing zero bits reports fewer, so the maximum over a
     model's entries is used); mpmath's current precision is kept when it is larger, so a
-    caller's ``mpmath.workdps`` still raises it and float64-sized inputs compute exactly as
-    they did at the current precision.
+    caller's ``mpmath.workdps`` still raises it, and inputs that carry no more bits than the
+    current precision are compared and measured as before.
     """
     prec = mpmath.mp.prec
     for a in arrays:
@@ -34,6 +34,29 @@ def _input_prec(*arrays):
             if isinstance(x, mpmath.mpf):
                 prec = max(prec, x._mpf_[3])
     return prec
+
+
+# how far beyond the inputs' precision an exact-mode sum of v vectors may grow to stay exact
+_EXACT_SUM_EXTRA_BITS = 1100
+
+
+def _exact_sum(xs):
+    r"""Sum of mpf numbers without rounding while their magnitudes are within about
+    :math:`2^{1000}` of each other (beyond that, rounded at 1100 bits more than the working
+    precision, far below the inputs' own rounding).
+
+    Summed at the bit count the exact sum needs: from the top bit of the largest summand to
+    the bottom bit of the smallest, plus carries.
+    """
+    parts = [x._mpf_ for x in xs if x]
+    if not parts:
+        return mpmath.mpf(0)
+    top = max(exp + bc for _, _, exp, bc in parts)
+    bottom = min(exp for _, _, exp, _ in parts)
+    need = top - bottom + len(parts).bit_length() + 1
+    prec = mpmath.mp.prec  # canonical has already raised it to the inputs' precision
+    with mpmath.workprec(max(prec, min(need, prec + _EXACT_SUM_EXTRA_BITS))):
+        return mpmath.fsum(xs)
 
 
 def default_atol(model):
@@ -80,13 +103,16 @@ def canonical(model, *, atol=None):
     Chapter 2 shows that two models define the same function exactly when their
     canonical forms agree up to a permutation of heads (DESIGN §2).
 
-    An mpmath model is merged at the precision its entries carry, not at mpmath's
-    global one: the working precision is the larger of ``mpmath.mp.prec`` and the
-    largest mantissa (in bits) of an entry of ``W`` or ``v``, which holds every entry
-    exactly. So a 60-digit model gives the same canonical form (the merged
-    :math:`\sum v_h` to 60 digits) at the default 15 digits as inside
-    ``mpmath.workdps(60)``; a float64 model, or one whose entries carry no more than the
-    current precision, is merged exactly as before.
+    An mpmath model is merged in the precision of its entries, never at mpmath's global
+    one: comparisons (and :func:`default_atol`) use the larger of ``mpmath.mp.prec`` and the
+    largest mantissa, in bits, of an entry of ``W`` or ``v`` (an ``mpf`` does not record
+    the precision it was computed at, but a value computed at :math:`p` bits has at most
+    :math:`p` mantissa bits, so this holds every entry exactly), and each merged
+    :math:`\sum_h v_h` is the *exact* sum of the inputs (summed at the bit count it needs;
+    rounded only when the summands differ by more than a factor :math:`2^{1000}`). So a
+    60-digit model has the same canonical form at the default 15 digits as inside
+    ``mpmath.workdps(60)``, and ``canonical(model.to_mpmath())`` of a float64 model sums
+    its value vectors without the float64 rounding. A float64 model is merged in float64.
     """
     if not isinstance(model, MultiHeadAttention):
         raise TypeError(f"canonical expects a MultiHeadAttention, got {type(model).__name__}")
@@ -122,7 +148,10 @@ def _canonical(model, atol):
         # W and the rounding of the sum of v do not depend on the order of the heads
         members = sorted(members, key=lambda h: _sort_key(model.W[h], model.v[h]))
         W = model.W[members[0]]
-        v = model.v[members].sum(axis=0)
+        if model.exact:
+            v = np.array([_exact_sum(model.v[members, i]) for i in range(d)], dtype=object)
+        else:
+            v = model.v[members].sum(axis=0)
         if absmax(v) <= atol:
             continue
         heads.append((W, v))

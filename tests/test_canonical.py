@@ -300,18 +300,25 @@ def test_canonical_merges_at_the_precision_of_the_model():
     assert default_atol(model) <= 1e-40
 
 
-def test_canonical_of_float64_sized_mpmath_entries_unchanged_by_the_context():
-    # entries that carry 53 bits: merged at the current precision, as before the fix
+def test_canonical_sums_float64_sized_mpmath_entries_exactly():
+    # entries that carry 53 bits, at the default 15 digits: the merged v is the exact sum (which
+    # float64 would round), the same as inside workdps(60); the tolerance stays float64's
     rng = np.random.default_rng(46)
     m = random_model(2, 3, seed=rng)
-    split = MultiHeadAttention(np.stack([m.W[0], m.W[1], m.W[0]]), np.stack([m.v[0], m.v[1], m.v[0]])).to_mpmath()
+    v2 = rng.normal(size=3) * 1e-3
+    split = MultiHeadAttention(np.stack([m.W[0], m.W[1], m.W[0]]), np.stack([m.v[0], m.v[1], v2])).to_mpmath()
+    assert mpmath.mp.dps == 15
     c15 = canonical(split)
     with mpmath.workdps(60):
         c60 = canonical(split)
+        exact = [mpmath.mpf(a) + mpmath.mpf(b) for a, b in zip(m.v[0], v2)]
     assert c15.H == c60.H == 2
-    assert default_atol(split) == pytest.approx(np.finfo(float).eps ** 0.75 * max(1.0, np.abs(m.W).max(),
-                                                                                  np.abs(m.v).max()))
-    assert param_error(c15, c60) == 0.0  # 2 v is exact at any precision
+    assert param_error(c15, c60) == 0.0
+    merged = [h for h in range(2) if all(c15.W[h].ravel() == split.W[0].ravel())][0]
+    assert all(x == y for x, y in zip(c15.v[merged], exact))
+    assert any(x != mpmath.mpf(float(x)) for x in c15.v[merged])  # a sum float64 would round
+    scale = max(1.0, np.abs(m.W).max(), np.abs(m.v).max())
+    assert default_atol(split) == pytest.approx(np.finfo(float).eps ** 0.75 * scale)
 
 
 def test_param_error_of_an_exact_recovery_of_an_equal_W_model():
