@@ -548,7 +548,7 @@ def test_known_silent_cases_are_the_ones_left_out(mode, d, H, kind, noise, eps, 
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 13: d = 1 has no redundant query; silent until the verification stage lands")
+                   reason="issue 13: silent until the verification stage lands (see known_silent_today)")
 @pytest.mark.parametrize("mode, d, H, kind, noise, eps, heads, seed", KNOWN_SILENT)
 def test_known_silent_cases_still_fail(mode, d, H, kind, noise, eps, heads, seed):
     model = property_model(kind, H, d, seed)
