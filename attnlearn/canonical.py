@@ -4,6 +4,7 @@ Used in: chapter 2 (introduced), chapters 3-6 (every recovery is scored with
 :func:`param_error` against :func:`canonical` of the true model).
 """
 
+import mpmath
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
@@ -13,14 +14,62 @@ from .model import MultiHeadAttention
 __all__ = ["canonical", "param_error", "default_atol"]
 
 
+def _input_prec(*arrays):
+    r"""Working precision (bits) that carries every mpmath entry of ``arrays`` exactly.
+
+    An ``mpf`` does not record the precision it was computed at, but its mantissa is
+    stored exactly (``x._mpf_[3]`` is its bit count), and a value computed at ``p`` bits has
+    at most ``p`` of them. The largest bit count over the inputs is therefore the precision
+    the inputs carry (a value with trailing zero bits reports fewer, so the maximum over a
+    model's entries is used); mpmath's current precision is kept when it is larger, so a
+    caller's ``mpmath.workdps`` still raises it, and inputs that carry no more bits than the
+    current precision are compared and measured as before.
+    """
+    prec = mpmath.mp.prec
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype != object:
+            continue
+        for x in a.reshape(-1):
+            if isinstance(x, mpmath.mpf):
+                prec = max(prec, x._mpf_[3])
+    return prec
+
+
+# how far beyond the inputs' precision an exact-mode sum of v vectors may grow to stay exact
+_EXACT_SUM_EXTRA_BITS = 1100
+
+
+def _exact_sum(xs):
+    r"""Sum of mpf numbers without rounding while their magnitudes are within about
+    :math:`2^{1000}` of each other (beyond that, rounded at 1100 bits more than the working
+    precision, far below the inputs' own rounding).
+
+    Summed at the bit count the exact sum needs: from the top bit of the largest summand to
+    the bottom bit of the smallest, plus carries.
+    """
+    parts = [x._mpf_ for x in xs if x]
+    if not parts:
+        return mpmath.mpf(0)
+    top = max(exp + bc for _, _, exp, bc in parts)
+    bottom = min(exp for _, _, exp, _ in parts)
+    need = top - bottom + len(parts).bit_length() + 1
+    prec = mpmath.mp.prec  # canonical has already raised it to the inputs' precision
+    with mpmath.workprec(max(prec, min(need, prec + _EXACT_SUM_EXTRA_BITS))):
+        return mpmath.fsum(xs)
+
+
 def default_atol(model):
     r"""The default tolerance of :func:`canonical`: :math:`\epsilon^{3/4}\,s`.
 
-    :math:`\epsilon` is the unit roundoff of the model's arithmetic (float64, or mpmath's
-    current precision) and :math:`s=\max(1,\max|W|,\max|v|)` the model's scale.
+    :math:`\epsilon` is the unit roundoff of the model's arithmetic (float64, or for an
+    mpmath model the precision its entries carry: the larger of mpmath's current precision
+    and the largest mantissa of an entry, see :func:`canonical`) and
+    :math:`s=\max(1,\max|W|,\max|v|)` the model's scale.
     """
     scale = max(1.0, absmax(model.W), absmax(model.v))
-    return eps_of(model.W) ** 0.75 * scale
+    with mpmath.workprec(_input_prec(model.W, model.v)):
+        return eps_of(model.W) ** 0.75 * scale
 
 
 def _sort_key(W, v):
@@ -53,9 +102,25 @@ def canonical(model, *, atol=None):
     as one head with value vector :math:`\sum v_h`; a head with :math:`v=0` outputs zero.
     Chapter 2 shows that two models define the same function exactly when their
     canonical forms agree up to a permutation of heads (DESIGN §2).
+
+    An mpmath model is merged in the precision of its entries, never at mpmath's global
+    one: comparisons (and :func:`default_atol`) use the larger of ``mpmath.mp.prec`` and the
+    largest mantissa, in bits, of an entry of ``W`` or ``v`` (an ``mpf`` does not record
+    the precision it was computed at, but a value computed at :math:`p` bits has at most
+    :math:`p` mantissa bits, so this holds every entry exactly), and each merged
+    :math:`\sum_h v_h` is the *exact* sum of the inputs (summed at the bit count it needs;
+    rounded only when the summands differ by more than a factor :math:`2^{1000}`). So a
+    60-digit model has the same canonical form at the default 15 digits as inside
+    ``mpmath.workdps(60)``, and ``canonical(model.to_mpmath())`` of a float64 model sums
+    its value vectors without the float64 rounding. A float64 model is merged in float64.
     """
     if not isinstance(model, MultiHeadAttention):
         raise TypeError(f"canonical expects a MultiHeadAttention, got {type(model).__name__}")
+    with mpmath.workprec(_input_prec(model.W, model.v)):
+        return _canonical(model, atol)
+
+
+def _canonical(model, atol):
     if atol is None:
         atol = default_atol(model)
     if not (np.isfinite(atol) and atol >= 0):
@@ -83,7 +148,10 @@ def canonical(model, *, atol=None):
         # W and the rounding of the sum of v do not depend on the order of the heads
         members = sorted(members, key=lambda h: _sort_key(model.W[h], model.v[h]))
         W = model.W[members[0]]
-        v = model.v[members].sum(axis=0)
+        if model.exact:
+            v = np.array([_exact_sum(model.v[members, i]) for i in range(d)], dtype=object)
+        else:
+            v = model.v[members].sum(axis=0)
         if absmax(v) <= atol:
             continue
         heads.append((W, v))
@@ -122,6 +190,13 @@ def param_error(a, b):
         differ; ``0.0`` when both models have no heads. Differences are taken in mpmath
         when either model is, so errors far below float64 resolution are reported.
 
+    Notes
+    -----
+    In mpmath the differences and norms are computed at the precision the inputs carry
+    (the larger of ``mpmath.mp.prec`` and the largest mantissa of an entry of either
+    model, as in :func:`canonical`), never below it: the error of a 60-digit recovery
+    is measured to 60 digits whatever mpmath's global precision.
+
     References
     ----------
     .. [1] H. W. Kuhn, "The Hungarian method for the assignment problem", Naval Research
@@ -137,12 +212,13 @@ def param_error(a, b):
     if a.H == 0:
         return 0.0
     Wa, va, Wb, vb = a.W, a.v, b.W, b.v
-    if is_mp(Wa) or is_mp(Wb):
-        Wa, va, Wb, vb = (to_mp(x) for x in (Wa, va, Wb, vb))
-    H = a.H
-    cost = np.empty((H, H))
-    for i in range(H):
-        for j in range(H):
-            cost[i, j] = max(_rel(Wa[i] - Wb[j], Wb[j]), _rel(va[i] - vb[j], vb[j]))
+    with mpmath.workprec(_input_prec(Wa, va, Wb, vb)):
+        if is_mp(Wa) or is_mp(Wb):
+            Wa, va, Wb, vb = (to_mp(x) for x in (Wa, va, Wb, vb))
+        H = a.H
+        cost = np.empty((H, H))
+        for i in range(H):
+            for j in range(H):
+                cost[i, j] = max(_rel(Wa[i] - Wb[j], Wb[j]), _rel(va[i] - vb[j], vb[j]))
     rows, cols = linear_sum_assignment(cost)
     return float(cost[rows, cols].max())

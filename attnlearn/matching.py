@@ -126,7 +126,8 @@ def match_candidates(P, O, scale, *, tol=None, ambiguity=4.0, labels=None):
     cost = np.where(np.isfinite(cost), cost, 1e300)
     if n <= _ENUMERATE:
         # small n: every permutation at once, vectorised over configurations; the same
-        # optimum as linear_sum_assignment (tests check the two agree)
+        # optimum as linear_sum_assignment (checked by
+        # tests/test_matching.py::test_enumeration_agrees_with_linear_sum_assignment)
         perms = np.array(list(itertools.permutations(range(n))), dtype=int).reshape(-1, n)
         total = cost[:, np.arange(n)[None, :], perms].sum(axis=2)  # (C, n!)
         perm = perms[np.argmin(total, axis=1)]

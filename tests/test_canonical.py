@@ -265,3 +265,68 @@ def test_param_error_errors():
         param_error("model", a)
     with pytest.raises(ValueError, match="models have different widths d = 2 and d = 3"):
         param_error(a, random_model(1, 3, seed=rng))
+
+
+# --- exact helpers carry the precision of their inputs (issue 13) -------------------------------
+
+
+def _sixty_digit_equal_W_model(d=2, seed=45):
+    """Three heads at 60 digits, heads 0 and 1 share W; v entries need all 60 digits."""
+    rng = np.random.default_rng(seed)
+    m = random_model(3, d, seed=rng)
+    with mpmath.workdps(60):
+        W = m.to_mpmath().W + mpmath.mpf(1) / 7  # entries with ~200-bit mantissas
+        W[1] = W[0]
+        v = np.array([[mpmath.mpf(1) / (3 + h + i) for i in range(d)] for h in range(3)], dtype=object)
+        v = v + m.to_mpmath().v
+        return MultiHeadAttention(W, v)
+
+
+def test_canonical_merges_at_the_precision_of_the_model():
+    model = _sixty_digit_equal_W_model()
+    assert mpmath.mp.dps == 15  # the ambient default: the test is about not using it
+    c = canonical(model)
+    assert mpmath.mp.dps == 15
+    assert c.H == 2
+    with mpmath.workdps(60):
+        ab = model.v[0] + model.v[1]
+        merged = [h for h in range(c.H) if all(c.W[h].ravel() == model.W[0].ravel())]
+        assert len(merged) == 1
+        assert max(abs(x - y) for x, y in zip(c.v[merged[0]], ab)) <= mpmath.mpf("1e-55")
+        # the same canonical form as inside a 60-digit context
+        ref = canonical(model)
+    assert param_error(c, ref) == 0.0
+    # the default tolerance is that of the model's 60 digits, not of float64
+    assert default_atol(model) <= 1e-40
+
+
+def test_canonical_sums_float64_sized_mpmath_entries_exactly():
+    # entries that carry 53 bits, at the default 15 digits: the merged v is the exact sum (which
+    # float64 would round), the same as inside workdps(60); the tolerance stays float64's
+    rng = np.random.default_rng(46)
+    m = random_model(2, 3, seed=rng)
+    v2 = rng.normal(size=3) * 1e-3
+    split = MultiHeadAttention(np.stack([m.W[0], m.W[1], m.W[0]]), np.stack([m.v[0], m.v[1], v2])).to_mpmath()
+    assert mpmath.mp.dps == 15
+    c15 = canonical(split)
+    with mpmath.workdps(60):
+        c60 = canonical(split)
+        exact = [mpmath.mpf(a) + mpmath.mpf(b) for a, b in zip(m.v[0], v2)]
+    assert c15.H == c60.H == 2
+    assert param_error(c15, c60) == 0.0
+    merged = [h for h in range(2) if all(c15.W[h].ravel() == split.W[0].ravel())][0]
+    assert all(x == y for x, y in zip(c15.v[merged], exact))
+    assert any(x != mpmath.mpf(float(x)) for x in c15.v[merged])  # a sum float64 would round
+    scale = max(1.0, np.abs(m.W).max(), np.abs(m.v).max())
+    assert default_atol(split) == pytest.approx(np.finfo(float).eps ** 0.75 * scale)
+
+
+def test_param_error_of_an_exact_recovery_of_an_equal_W_model():
+    from attnlearn import Oracle, learn
+
+    model = _sixty_digit_equal_W_model()
+    assert mpmath.mp.dps == 15
+    rec = learn(Oracle(model, precision=60), model.d, heads=2)
+    err = param_error(rec.model, canonical(model))
+    assert err <= 1e-40
+    assert err <= 10 * rec.error_estimate

@@ -179,18 +179,58 @@ def test_robust_beats_paper_budget_at_16_2():
     assert errs[True] <= 1e-7
 
 
-@pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("H", [1, 2, 3, 4, 5, 6])
-@pytest.mark.parametrize("robust", [False, True])
-def test_float64_never_silent(seed, H, robust):
-    """Whenever learn returns in float64, its error is within the estimate it reports."""
+# the specific failures learn may raise; a bare RecoveryError says less than these
+RECOVERY_SUBCLASSES = (
+    al.NotIdentifiableError,
+    al.InconsistentHeadCountError,
+    al.PoleError,
+    al.UnmatchedHeadsError,
+    al.IllConditionedError,
+    al.CheckFailedError,
+)
+# where a loud failure happened: a configuration (a label such as base(2,1), link(1,3), cross(2)),
+# a head, or the check that failed (head count, held-out queries, error estimate, output error, oracle)
+WHERE_IT_FAILED = (
+    r"\b(base|link)\(\d+,\d+\)|\bcross\(\d+\)|\bconfiguration\b|\bhead \d|heads=|held-out|error estimate"
+    r"|output error|oracle"
+)
+
+
+def assert_loud(err):
+    """``err`` is a specific RecoveryError whose message says where the recovery failed."""
+    import re
+
+    assert isinstance(err, RECOVERY_SUBCLASSES), f"{type(err).__name__}: {err}"
+    assert str(err).strip(), f"{type(err).__name__} with an empty message"
+    assert re.search(WHERE_IT_FAILED, str(err)), f"{type(err).__name__} names no configuration or check: {err}"
+
+
+@pytest.mark.parametrize(
+    "robust, min_returned",
+    # measured: 29 of 72 return without robust (every H <= 2, 5 of 12 at H = 3, none above), 53 of 72
+    # with it (every H <= 4, 5 of 12 at H = 5); the floors leave room for last-bit changes of BLAS
+    [(False, 20), (True, 40)],
+)
+def test_float64_never_silent(robust, min_returned):
+    """Whenever learn returns in float64, its error is within the estimate it reports; when it
+    raises, the error is a specific RecoveryError naming where it failed; and it returns often
+    enough (a learner that always raised would pass the first two checks)."""
     d = 3 if not robust else 6
-    model = random_model(H, d, seed=1000 + 31 * seed + H)
-    try:
-        rec = learn(Oracle(model), d, heads=H, seed=seed, robust=robust)
-    except al.RecoveryError:
-        return  # a loud failure is an allowed outcome
-    assert param_error(rec.model, canonical(model)) <= rec.error_estimate
+    returned = {H: 0 for H in range(1, 7)}
+    for H in returned:
+        for seed in range(12):
+            model = random_model(H, d, seed=1000 + 31 * seed + H)
+            try:
+                rec = learn(Oracle(model), d, heads=H, seed=seed, robust=robust)
+            except al.RecoveryError as err:
+                assert_loud(err)
+                continue
+            returned[H] += 1
+            err = param_error(rec.model, canonical(model))
+            assert err <= rec.error_estimate, f"H = {H}, seed = {seed}: silent, {err:.1e} > {rec.error_estimate:.1e}"
+    assert sum(returned.values()) >= min_returned, returned
+    # one and two heads at d = 3 (d = 6 robust) are well within float64's reach
+    assert returned[1] + returned[2] >= 22, returned
 
 
 def test_weighted_lstsq_normal_equations_match_qr():
@@ -370,14 +410,149 @@ def test_too_few_heads_declared_is_detected():
         learn(Oracle(model, precision=50), 2, max_heads=2)
 
 
-def test_noise_above_margin_raises_or_is_within_estimate():
-    model = random_model(2, 2, seed=11)
-    oracle = Oracle(model, noise=al.UniformNoise(1e-3), seed=0)
+@pytest.mark.parametrize(
+    "noise, min_returned",
+    # measured on these 12 models (d = H = 2): 11 return at 1e-12; at 1e-3, above the margin, all
+    # 12 raise, which is right, so the count that can fail is the one below the margin
+    [(1e-12, 8), (1e-3, 0)],
+)
+def test_noise_above_margin_raises_or_is_within_estimate(noise, min_returned):
+    returned = 0
+    for seed in range(12):
+        model = random_model(2, 2, seed=11 + seed)
+        oracle = Oracle(model, noise=al.UniformNoise(noise), seed=seed)
+        try:
+            rec = learn(oracle, 2, heads=2, output_error=noise)
+        except al.RecoveryError as err:
+            assert_loud(err)
+            continue
+        returned += 1
+        err = param_error(rec.model, canonical(model))
+        assert err <= rec.error_estimate, f"seed {seed}: silent, {err:.1e} > {rec.error_estimate:.1e}"
+    assert returned >= min_returned
+
+
+# --- issue 13: never silent, property test ---
+from hypothesis import assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PROPERTY_KINDS = ("random", "equal W", "zero-sum v", "v = 0 head", "equal v")
+
+
+def property_model(kind, H, d, seed):
+    """An H-head model, random or degenerate; with H = 1 only "v = 0 head" changes anything."""
+    m = random_model(max(H, 2), d, seed=seed)
+    W, v = m.W[:H].copy(), m.v[:H].copy()
+    if H >= 2 and kind in ("equal W", "zero-sum v"):
+        W[1] = W[0]  # heads 0 and 1 merge into one canonical head ...
+    if H >= 2 and kind == "zero-sum v":
+        v[1] = -v[0]  # ... which is then dropped
+    if H >= 2 and kind == "equal v":
+        v[1] = v[0]  # two canonical heads with equal residues
+    if kind == "v = 0 head":
+        v[-1] = 0.0  # a head that outputs nothing
+    return MultiHeadAttention(W, v)
+
+
+def learn_once(model, mode, noise, eps, heads, seed):
+    """The RecoveryError that learn raises on ``model``, or the Recovery it returns. ``noise``:
+    "none", "declared" (the oracle adds UniformNoise(eps) and learn is told output_error=eps) or
+    "undeclared" (the same noise, learn not told)."""
+    oracle = Oracle(model, precision="float64" if mode == "float64" else 30,
+                    noise=None if noise == "none" else al.UniformNoise(eps), seed=seed)
+    declared = {"output_error": eps} if noise == "declared" else {}
     try:
-        rec = learn(oracle, 2, heads=2, output_error=1e-3)
-    except al.RecoveryError:
+        return learn(oracle, model.d, heads=heads, seed=seed, **declared)
+    except al.RecoveryError as err:
+        return err
+
+
+def assert_raises_or_is_right(truth, outcome):
+    """The learner raised a specific RecoveryError naming where, or its model is within 10x its
+    error_estimate of the canonical truth (a head-count mismatch is an infinite error)."""
+    if isinstance(outcome, al.RecoveryError):
+        assert_loud(outcome)
         return
-    assert param_error(rec.model, model) <= rec.error_estimate
+    err = param_error(outcome.model, truth)
+    assert err <= 10 * outcome.error_estimate, (
+        f"silent: {outcome.heads} heads returned ({truth.H} canonical), parameter error {err:.2e}, "
+        f"estimate {outcome.error_estimate:.2e}"
+    )
+
+
+def known_silent_today(mode, d, noise, heads, canonical_heads):
+    """The inputs that are silently wrong until the verification stage lands: with d = 1 (no redundant
+    query) undeclared noise and fewer heads declared than present go unnoticed (the issue's cases);
+    in exact mode with declared noise and fewer heads declared than present, a few models come back
+    with a head missing and an error_estimate above 1 (measured: 1e3 to 6e6), which float64 refuses.
+    Left out of the property tests; test_known_silent_cases_still_fail covers them."""
+    if d == 1:
+        return noise == "undeclared" or heads < canonical_heads
+    return mode == "exact" and noise == "declared" and heads < canonical_heads
+
+
+property_cases = st.tuples(
+    st.sampled_from([1, 2, 3]),  # d
+    st.sampled_from([1, 2, 3]),  # H
+    st.sampled_from(PROPERTY_KINDS),
+    st.sampled_from(["none", "declared", "undeclared"]),
+    st.sampled_from([1e-14, 1e-12, 1e-10, 1e-8, 1e-6, 1e-3]),  # the noise level, when there is noise
+    st.sampled_from([-1, 0, 1]),  # heads declared: H - 1 (at least 1), H or H + 1
+    st.integers(0, 2**16),  # model, oracle and learner seed
+)
+
+
+def check_property(mode, case):
+    d, H, kind, noise, eps, dh, seed = case
+    heads = max(1, H + dh)
+    model = property_model(kind, H, d, seed)
+    truth = canonical(model.to_mpmath())  # the merged v summed exactly
+    assume(not known_silent_today(mode, d, noise, heads, truth.H))
+    assert_raises_or_is_right(truth, learn_once(model, mode, noise, eps, heads, seed))
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=property_cases)
+def test_float64_raises_or_is_right(case):
+    check_property("float64", case)
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=property_cases)
+def test_exact_raises_or_is_right(case):
+    check_property("exact", case)
+
+
+# inputs of the issue that are silently wrong today (measured: parameter error against error_estimate);
+# strict: the moment the verification stage makes them raise or be right they fail as XPASS, and then
+# the xfail mark and known_silent_today's exclusion from the property tests should go
+KNOWN_SILENT = [
+    # (mode, d, H, kind, noise, eps, heads, seed)
+    ("float64", 1, 2, "random", "undeclared", 1e-12, 2, 1),  # error 6.7e-07, estimate 3.7e-09
+    ("float64", 1, 3, "random", "undeclared", 1e-10, 3, 1),  # error 1.0, estimate 1.9e-03
+    ("float64", 1, 3, "equal W", "undeclared", 1e-12, 3, 0),  # 3 heads returned, 2 canonical
+    ("float64", 1, 2, "random", "declared", 1e-3, 1, 2),  # heads=1: 1 head returned, 2 canonical
+    ("exact", 1, 1, "random", "undeclared", 1e-10, 1, 0),  # error 1.7e-08, estimate 1.2e-26
+    ("exact", 1, 3, "random", "undeclared", 1e-10, 3, 1),  # error 0.52, estimate 1.3e-18
+    ("exact", 1, 2, "random", "none", 0.0, 1, 0),  # heads=1: 1 head returned, 2 canonical
+    ("exact", 1, 3, "equal v", "none", 0.0, 2, 0),  # heads=2: 2 heads returned, 3 canonical
+    ("exact", 2, 2, "random", "declared", 1e-6, 1, 3),  # heads=1: 1 head returned, estimate 3.3e+05
+    ("exact", 3, 2, "random", "declared", 1e-10, 1, 33812),  # heads=1: 1 head returned, estimate 5.9e+06
+]
+
+
+@pytest.mark.parametrize("mode, d, H, kind, noise, eps, heads, seed", KNOWN_SILENT)
+def test_known_silent_cases_are_the_ones_left_out(mode, d, H, kind, noise, eps, heads, seed):
+    truth = canonical(property_model(kind, H, d, seed).to_mpmath())
+    assert known_silent_today(mode, d, noise, heads, truth.H)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="issue 13: silent until the verification stage lands (see known_silent_today)")
+@pytest.mark.parametrize("mode, d, H, kind, noise, eps, heads, seed", KNOWN_SILENT)
+def test_known_silent_cases_still_fail(mode, d, H, kind, noise, eps, heads, seed):
+    model = property_model(kind, H, d, seed)
+    assert_raises_or_is_right(canonical(model.to_mpmath()), learn_once(model, mode, noise, eps, heads, seed))
 
 
 # --- issue 13: every argument validated, absurd requests refused before any query ----------------

@@ -86,3 +86,23 @@ def test_huge_values_from_a_failed_fit_lose_without_a_warning():
         warnings.simplefilter("error")
         mt = match_candidates(P, O, np.array([[1e-10, 1e-10]]))
     assert mt.perm.tolist() == [[1, 0]] and mt.residual[0] == 0.0 and mt.margin[0] >= 1e300
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 4), seed=st.integers(0, 10_000), noise=st.sampled_from([0.0, 0.3, 3.0]))
+def test_enumeration_agrees_with_linear_sum_assignment(n, seed, noise):
+    # for n <= _ENUMERATE match_candidates enumerates the n! pairings instead of calling
+    # linear_sum_assignment: both must reach the same minimal total cost (noise 3.0 makes the
+    # problem far from the true pairing, where ties and near-ties are likely)
+    from scipy.optimize import linear_sum_assignment
+
+    from attnlearn.matching import _ENUMERATE
+
+    assert n <= _ENUMERATE
+    P, O, _ = link_problem(n, seed, noise=noise)
+    m = match_candidates(P, O, np.ones(2))
+    # the cost match_candidates minimises: distance from candidate (a, b) to the nearest observed point
+    cost = np.abs(P[0][:, :, None, :] - O[0][None, None, :, :]).max(axis=3).min(axis=2)
+    rows, cols = linear_sum_assignment(cost)
+    assert cost[np.arange(n), m.perm[0]].sum() == pytest.approx(cost[rows, cols].sum(), rel=1e-12, abs=1e-15)
+    assert sorted(m.perm[0].tolist()) == list(range(n))

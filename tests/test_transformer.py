@@ -14,6 +14,7 @@ from attnlearn import (
     Oracle,
     RecoveryError,
     TransformerRecovery,
+    UniformNoise,
     canonical,
     learn_transformer,
     param_error,
@@ -326,8 +327,35 @@ def test_argument_errors():
 
 
 def test_errors_are_recovery_errors():
-    for cls in (KinkError, RegionFitError, OrientationError):
-        assert issubclass(cls, RecoveryError)
+    """Every way learn_transformer fails reaches the caller as a RecoveryError (one ``except``
+    catches them all), as its own subclass, with a message saying what failed."""
+    T1 = OneLayerTransformer.random(3, 1, 4, seed=5)
+    B = T1.B.copy()
+    B[1] = -0.5 * B[0]  # opposite directions: one kink, two units needed
+    opposite = OneLayerTransformer(T1.W, T1.O, B, T1.a)
+    T2 = OneLayerTransformer.random(3, 2, 4, seed=0)
+    noisy = Oracle(OneLayerTransformer.random(3, 1, 4, seed=0), noise=UniformNoise(1e-3), seed=0)
+    failures = [
+        # step 1 (attention) on an oracle far noisier than declared: today a PoleError in base(2,2);
+        # any specific RecoveryError naming the configuration or the undeclared noise will do
+        (lambda: learn_transformer(noisy, 3, heads=1), RecoveryError, r"\b(base|link)\(\d,\d\)|\bcross\(\d\)|noise"),
+        # step 2 (kinks), the function learn_transformer runs on the single-token line
+        (lambda: _find_kinks(lambda ts: [t * t for t in ts], _Num(False), lambda: 1e-10, 4, min_width=1e-12,
+                             hstep=1e-6), KinkError, "more than 2000 samples on the line"),
+        # step 3 (regions)
+        (lambda: learn_transformer(Oracle(T2, precision=40), 3, heads=2, perturbation=0.9, max_shrinks=0),
+         RegionFitError, "even with a perturbation shrunk 0 times"),
+        # step 4 (orientation)
+        (lambda: learn_transformer(Oracle(opposite), 3, heads=1), OrientationError, "no sign pattern of the 3 jumps"),
+        # the held-out check
+        (lambda: learn_transformer(Oracle(T2), 3, heads=2, holdout_tol=1e-20), CheckFailedError,
+         "misses the oracle on 32 held-out sequences"),
+    ]
+    for call, cls, match in failures:
+        with pytest.raises(RecoveryError, match=match) as info:
+            call()
+        # its own subclass (a bare RecoveryError would not say which step failed)
+        assert isinstance(info.value, cls) and type(info.value) is not RecoveryError, type(info.value).__name__
 
 
 def test_zero_transformer_gives_zero_units_and_heads():
