@@ -10,6 +10,7 @@ from ._arith import is_mp, mp_log, norm, to_mp
 from .errors import NotIdentifiableError, RecoveryError
 from .learner.pipeline import check_oracle
 from .model import MultiHeadAttention
+from .protocol import Access
 
 __all__ = ["learn_single_head", "balanced_basis"]
 
@@ -84,6 +85,7 @@ def learn_single_head(oracle, d):
            with Queries", arXiv:2601.16873, 2026.
     """
     d = check_oracle(oracle, d)
+    oracle = Access(oracle, d)  # every answer checked (count, type, finiteness) and counted here
     exact = oracle.exact
     ctx = mpmath.workdps(oracle.dps) if exact else _nullcontext()
     with ctx:

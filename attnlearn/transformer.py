@@ -61,6 +61,7 @@ from .learner import learn
 from .learner.pipeline import check_cost, check_count, check_flag, check_oracle, check_real, check_seed, learn_cost
 from .learner.tolerances import MAX_LENGTH, MAX_QUERIES, Tolerances
 from .model import MultiHeadAttention, _ReadAtFinalToken, check_sequences, mp_softmax_numerators, softmax_numerators
+from .protocol import Access
 from .rational import copies_sequences
 
 __all__ = [
@@ -534,6 +535,7 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
     d = check_oracle(oracle, d)
     if d < 2:
         raise ValueError("learn_transformer needs d >= 2: in d = 1 all nu_j are parallel (one kink at 0)")
+    oracle = Access(oracle, d)  # every answer checked (count, type, finiteness) and counted here
     if (heads is None) == (max_heads is None):
         raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
     n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")

@@ -5,19 +5,19 @@ computed) and chapter 3 (the queries :math:`S(x,q,t)` of the copies family and t
 nodes).
 """
 
-import mpmath
 import numpy as np
 
 __all__ = ["Asker", "ask_nodes", "ask_probe", "ask_design", "ask_constants"]
 
 
 class Asker:
-    """Ask the oracle, check every answer is finite, and convert to the learner's arithmetic.
+    """Ask the oracle through its checked :class:`attnlearn.protocol.Access`: every answer finite,
+    real, one per query, converted to the learner's arithmetic; queries counted by the access.
 
     Parameters
     ----------
-    oracle : Oracle
-        Value-query access.
+    oracle : attnlearn.protocol.Access
+        Value-query access, checked at the door.
     exact : bool
         Answers as mpmath object arrays (exact mode) or float64.
     """
@@ -27,15 +27,11 @@ class Asker:
         self.exact = exact
 
     def __call__(self, Xs, what):
-        y = self.oracle.batch(Xs)
-        ok = [mpmath.isfinite(v) for v in y] if self.exact else np.isfinite(np.asarray(y, dtype=float))
-        if not (all(ok) if self.exact else ok.all()):
-            raise ValueError(f"the oracle returned a non-finite value (NaN or inf) for {what}")
-        return np.asarray(y, dtype=object) if self.exact else np.asarray(y, dtype=float)
+        return self.oracle(Xs, what)
 
     @property
     def count(self):
-        """The oracle's query count so far."""
+        """The number of queries asked so far."""
         return self.oracle.queries
 
 

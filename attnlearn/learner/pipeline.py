@@ -18,6 +18,8 @@ import mpmath
 import numpy as np
 
 from .._arith import to_mp, working_precision
+from ..protocol import Access
+from ..protocol import check_oracle as protocol_check
 from ..errors import IllConditionedError
 from ..model import MultiHeadAttention
 from .asking import Asker, ask_constants, ask_design, ask_probe
@@ -111,17 +113,9 @@ def check_seed(value, name="seed", *, generator=True):
 
 def check_oracle(oracle, d):
     """``d`` as an ``int`` if it is a positive integer equal to the token width of ``oracle``, an
-    object with ``.d``, ``.exact``, ``.dps`` and ``.batch(Xs)`` (an :class:`attnlearn.Oracle` or
-    any object following its protocol)."""
-    missing = [a for a in ("d", "exact", "dps", "batch") if not hasattr(oracle, a)]
-    if missing:
-        raise TypeError(
-            f"oracle must have .d, .exact, .dps and .batch(Xs) (an attnlearn.Oracle or an object following "
-            f"its protocol); {type(oracle).__name__} has no {', '.join('.' + a for a in missing)}"
-        )
+    object following the oracle protocol (:func:`attnlearn.protocol.check_oracle`)."""
     d = check_count(d, "d")
-    if d != oracle.d:
-        raise ValueError(f"d = {d} does not match the oracle's token width {oracle.d}")
+    protocol_check(oracle, d)  # attributes, their types, the token width
     return d
 
 
@@ -235,8 +229,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
 
     Parameters
     ----------
-    oracle : Oracle
-        Value-query access (float64 or exact mode); the learner reads nothing else.
+    oracle : Oracle or any object following :mod:`attnlearn.protocol`
+        Value-query access (float64 or exact mode): ``.d``, ``.exact``, ``.dps`` and
+        ``.batch(Xs)``; the learner reads nothing else and counts the queries itself.
     d : int
         Token width (must match the oracle).
     heads, max_heads : int, keyword-only
@@ -340,6 +335,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
                         method=method, robust=robust, seed=seed, output_error=output_error,
                         redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length)
+    oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with working_precision(oracle):
         return _pipeline(oracle, opt, tol)
 

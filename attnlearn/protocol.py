@@ -1,0 +1,164 @@
+r"""The oracle protocol, checked at the door: what a learner may assume of any oracle object.
+
+An oracle is any object with
+
+* ``d``: the token width, a positive integer;
+* ``exact``: ``True`` for exact mode (answers are ``mpmath.mpf`` at ``dps`` digits), else ``False``
+  (answers are float64);
+* ``dps``: the working precision in decimal digits, a positive integer when ``exact`` (ignored
+  otherwise);
+* ``batch(Xs)``: ``Xs`` of shape ``(n, N, d)`` in, ``n`` real finite answers out.
+
+:class:`attnlearn.Oracle` is one; :class:`attnlearn.torch.TorchOracle` another; a user's own
+model wrapped in a few lines is a third. Every learner (:func:`attnlearn.learn`,
+:func:`attnlearn.learn_single_head`, :func:`attnlearn.learn_transformer`) talks to its oracle only
+through :class:`Access`, which checks the object once (:func:`check_oracle`) and every answer as
+it arrives, and counts the queries itself: a learner never reads ``oracle.queries``.
+
+Used in: chapter 1 (the protocol, introduced with the first oracle) and every learner.
+"""
+
+import numbers
+from collections import Counter
+
+import mpmath
+import numpy as np
+
+__all__ = ["check_oracle", "Access", "OracleProtocolError", "OracleAnswerError"]
+
+
+class OracleProtocolError(TypeError):
+    """The object given as an oracle does not follow the protocol (a missing or malformed
+    attribute). What it *returns* is checked by :class:`OracleAnswerError`."""
+
+
+class OracleAnswerError(ValueError):
+    """The oracle returned answers that the protocol does not allow (count, shape, type, NaN/inf)."""
+
+
+def check_oracle(oracle, d=None):
+    """Check an oracle object against the protocol (see the module docstring); return
+    ``(d, exact, dps)``.
+
+    Parameters
+    ----------
+    oracle : object
+        The oracle.
+    d : int, optional
+        The token width the caller expects; must equal ``oracle.d``.
+
+    Raises
+    ------
+    OracleProtocolError
+        (a ``TypeError``) naming the missing or malformed attribute.
+    ValueError
+        If ``d`` does not match ``oracle.d``.
+    """
+    missing = [a for a in ("d", "exact", "dps", "batch") if not hasattr(oracle, a)]
+    if missing:
+        raise OracleProtocolError(
+            f"oracle must have .d, .exact, .dps and .batch(Xs) (an attnlearn.Oracle or an object following "
+            f"its protocol, attnlearn.protocol); {type(oracle).__name__} has no {', '.join('.' + a for a in missing)}")
+    if not callable(oracle.batch):
+        raise OracleProtocolError(f"the oracle's .batch must be callable, got {type(oracle.batch).__name__}")
+    od = oracle.d
+    if isinstance(od, bool) or not isinstance(od, numbers.Integral) or od < 1:
+        raise OracleProtocolError(f"the oracle's .d must be a positive integer, got {od!r}")
+    exact = oracle.exact
+    if not isinstance(exact, (bool, np.bool_)):
+        raise OracleProtocolError(f"the oracle's .exact must be True or False, got {exact!r}")
+    dps = getattr(oracle, "dps", None)
+    if exact and (isinstance(dps, bool) or not isinstance(dps, numbers.Integral) or dps < 1):
+        raise OracleProtocolError(
+            f"the oracle is exact (.exact = True) but its .dps is {dps!r}: an exact oracle must state its "
+            "working precision as a positive number of decimal digits")
+    if d is not None and d != od:
+        raise ValueError(f"d = {d} does not match the oracle's token width {od}")
+    return int(od), bool(exact), (int(dps) if exact else None)
+
+
+class Access:
+    """A learner's access to an oracle: checked once, every answer checked, queries counted here.
+
+    Parameters
+    ----------
+    oracle : object
+        Any object following the protocol (:func:`check_oracle`).
+    d : int, optional
+        Expected token width.
+
+    Attributes
+    ----------
+    d, exact, dps
+        As checked.
+    queries : int
+        Number of sequences asked through this access.
+    max_length : int
+        Longest sequence asked (0 before the first).
+    lengths : collections.Counter
+        Queries per length.
+    """
+
+    def __init__(self, oracle, d=None):
+        if isinstance(oracle, Access):  # already checked (a learner calling another)
+            oracle = oracle.oracle
+        self.oracle = oracle
+        self.d, self.exact, self.dps = check_oracle(oracle, d)
+        self.queries = 0
+        self.max_length = 0
+        self.lengths = Counter()
+
+    def batch(self, Xs):
+        """The protocol's ``batch``, checked and counted: an :class:`Access` is itself an oracle."""
+        return self(Xs)
+
+    def __call__(self, Xs, what="a query"):
+        """Ask ``Xs`` (n, N, d); return the n answers as float64 or an object array of ``mpf``.
+
+        Raises :class:`OracleAnswerError` (a ``ValueError``) naming ``what`` when the oracle returns
+        the wrong number of answers, non-real or non-numeric ones, or NaN/inf.
+        """
+        Xs = np.asarray(Xs) if not isinstance(Xs, np.ndarray) else Xs
+        if Xs.ndim != 3 or Xs.shape[2] != self.d:
+            raise ValueError(f"queries must have shape (n, N, {self.d}), got {Xs.shape}")
+        n, N = Xs.shape[0], Xs.shape[1]
+        y = self.oracle.batch(Xs)
+        self.queries += n
+        self.lengths[N] += n
+        self.max_length = max(self.max_length, N)
+        try:
+            arr = np.asarray(y, dtype=object if self.exact else None)
+        except Exception as exc:  # a ragged or exotic return value
+            raise OracleAnswerError(f"the oracle's answers for {what} are not an array of numbers ({exc})") from None
+        if arr.shape != (n,):
+            raise OracleAnswerError(
+                f"the oracle returned answers of shape {arr.shape} for {what}: expected ({n},), one number per query")
+        return self._exact(arr, what) if self.exact else self._float(arr, what)
+
+    @staticmethod
+    def _float(arr, what):
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            kind = "complex" if np.issubdtype(arr.dtype, np.complexfloating) else f"dtype {arr.dtype}"
+            raise OracleAnswerError(f"the oracle returned {kind} answers for {what}: expected real float64 numbers")
+        arr = arr.astype(float)
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise OracleAnswerError(
+                f"the oracle returned a non-finite value (NaN or inf) for {what} (query {i} of the batch: {arr[i]})")
+        return arr
+
+    @staticmethod
+    def _exact(arr, what):
+        out = np.empty(arr.shape, dtype=object)
+        for i, v in enumerate(arr.tolist()):
+            if isinstance(v, (mpmath.mpc, complex, np.complexfloating)) or not isinstance(
+                    v, (mpmath.mpf, numbers.Real)) or isinstance(v, bool):
+                raise OracleAnswerError(
+                    f"the oracle returned a {type(v).__name__} answer for {what} (query {i}): expected real numbers")
+            v = v if isinstance(v, mpmath.mpf) else mpmath.mpf(v)
+            if not mpmath.isfinite(v):
+                raise OracleAnswerError(
+                    f"the oracle returned a non-finite value (NaN or inf) for {what} (query {i} of the batch: {v})")
+            out[i] = v
+        return out
