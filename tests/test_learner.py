@@ -620,7 +620,7 @@ def test_zero_output_error_is_refused_in_exact_mode_only():
 def test_numeric_arguments_of_other_types_are_the_same_call():
     model = random_model(2, 2, seed=3)
     ref = learn(Oracle(model), 2, heads=2, robust=True, output_error=1e-12, spread=2.0, holdout=8)
-    alt = learn(Oracle(model), 2, heads=np.int64(2), robust=np.True_, output_error=np.float32(1e-12).item(),
+    alt = learn(Oracle(model), 2, heads=np.int64(2), robust=np.True_, output_error=np.float64(1e-12),
                 spread=mpmath.mpf(2), holdout=np.int32(8), seed=np.random.default_rng(0), redraw_rounds=np.int8(4))
     assert alt.queries == ref.queries
     np.testing.assert_array_equal(alt.model.W, ref.model.W)

@@ -204,7 +204,7 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
         raise ValueError(f'nodes must be "copies" or "ratios", got {nodes!r}')
     if spread is None:
         spread = tol.default_spread(nodes)
-    spread = check_real(spread, "spread", positive=True)
+    spread = float(check_real(spread, "spread", positive=True))  # float arithmetic whatever the type given
     seed = check_seed(seed)
     if output_error is not None:
         output_error = check_real(output_error, "output_error")
