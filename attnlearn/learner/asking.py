@@ -7,32 +7,10 @@ nodes).
 
 import numpy as np
 
-__all__ = ["Asker", "ask_nodes", "ask_probe", "ask_design", "ask_constants"]
+__all__ = ["ask_nodes", "ask_probe", "ask_design", "ask_constants"]
 
-
-class Asker:
-    """Ask the oracle through its checked :class:`attnlearn.protocol.Access`: every answer finite,
-    real, one per query, converted to the learner's arithmetic; queries counted by the access.
-
-    Parameters
-    ----------
-    oracle : attnlearn.protocol.Access
-        Value-query access, checked at the door.
-    exact : bool
-        Answers as mpmath object arrays (exact mode) or float64.
-    """
-
-    def __init__(self, oracle, exact):
-        self.oracle = oracle
-        self.exact = exact
-
-    def __call__(self, Xs, what):
-        return self.oracle(Xs, what)
-
-    @property
-    def count(self):
-        """The number of queries asked so far."""
-        return self.oracle.queries
+# ``ask`` below is the learner's :class:`attnlearn.protocol.Access`: ``ask(Xs, what)`` returns the
+# checked answers (float64, or mpf in exact mode) and counts the queries.
 
 
 def ask_nodes(ask, u, qtok, qi, pairs, what, *, chunk=1024):

@@ -22,7 +22,7 @@ from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
 from ..errors import IllConditionedError
 from ..model import MultiHeadAttention
-from .asking import Asker, ask_constants, ask_design, ask_probe
+from .asking import ask_constants, ask_design, ask_probe
 from .checks import check_fits, finish
 from .constants import fit_calibrated, set_constants, solve_V
 from .design import build_design, draw_directions, node_pairs, scale_factor
@@ -343,7 +343,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
 def _pipeline(oracle, opt, tol):
     """The stages of :func:`learn`, in order."""
     rng = np.random.default_rng(opt.seed)
-    ask = Asker(oracle, tol.exact)
+    ask = oracle  # the checked, counting Access
     start, d = oracle.queries, opt.d
     nodes = node_pairs(opt.n, opt.nodes)
     # ---- design: the shared query and a probe configuration set the scale, then every configuration
