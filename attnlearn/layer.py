@@ -23,7 +23,7 @@ import numpy as np
 from ._arith import as_real_array, is_mp, mp_exp, to_mp
 from .model import MultiHeadAttention, check_sequences
 
-__all__ = ["AttentionLayer"]
+__all__ = ["AttentionLayer", "layer_error"]
 
 
 class AttentionLayer:
@@ -167,3 +167,29 @@ class AttentionLayer:
                 total = total + to_mp(self.b)
             out[m] = total
         return out[:, 0] if self.scalar else out
+
+
+def layer_error(a, b):
+    r"""Largest relative parameter error of two float64 :class:`AttentionLayer` after the optimal
+    head matching: as :func:`attnlearn.param_error`, over :math:`W_h`, :math:`A_h` (Frobenius)
+    and, when ``b`` has them, :math:`c_h` and the offset. ``inf`` when the head counts differ.
+
+    Used in: chapter 7 (scoring the vector and biased recoveries against :func:`attnlearn.torch.from_torch`)."""
+    from scipy.optimize import linear_sum_assignment
+
+    for m in (a, b):
+        if not isinstance(m, AttentionLayer):
+            raise TypeError(f"layer_error expects AttentionLayer models, got {type(m).__name__}")
+    if a.d != b.d or a.k != b.k:
+        raise ValueError(f"layers of different shapes: d = {a.d}, {b.d}; k = {a.k}, {b.k}")
+    if a.H != b.H:
+        return float("inf")
+    rel = lambda x, y: float(np.linalg.norm(np.asarray(x, float) - np.asarray(y, float)) /  # noqa: E731
+                             (np.linalg.norm(np.asarray(y, float)) or 1.0))
+    cost = np.array([[max(rel(a.W[i], b.W[j]), rel(a.A[i], b.A[j]),
+                          rel(a.c[i] if a.c is not None else np.zeros(a.d), b.c[j]) if b.c is not None else 0.0)
+                      for j in range(b.H)] for i in range(a.H)]).reshape(a.H, b.H)
+    worst = float(cost[linear_sum_assignment(cost)].max()) if a.H else 0.0
+    if b.b is not None:
+        worst = max(worst, rel(a.b if a.b is not None else np.zeros_like(b.b), b.b))
+    return worst

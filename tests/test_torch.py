@@ -135,3 +135,22 @@ def test_attention_layer_readout_heads_and_exact_mode():
         AttentionLayer(lay.W, lay.A, c=np.ones(4))
     with pytest.raises(ValueError, match=r"b must have shape \(4,\)"):
         AttentionLayer(lay.W, lay.A, b=1.0)
+
+
+def test_error_bound_measures_the_float32_arithmetic():
+    m32 = layer(8, 2, dtype=torch.float32, seed=1)
+    oracle = TorchOracle(m32, readout=np.ones(8))
+    bound = oracle.error_bound(max_length=3, per_length=16)
+    assert oracle.queries == 0  # a calibration, not the learner's queries
+    truth = from_torch(m32, readout=np.ones(8))  # the same layer in float64
+    Xs = np.random.default_rng(5).normal(size=(50, 3, 8))
+    Xs *= 6 / np.linalg.norm(Xs, axis=2, keepdims=True)
+    err = np.abs(oracle.batch(Xs) - truth.batch(Xs)).max()
+    assert 1e-8 < err <= bound <= 1e-4  # float32's own error, measured, and covered
+    assert oracle.error_bound(max_norm=64, max_length=3, per_length=16) > 10 * bound  # grows faster than the norm
+    f64 = TorchOracle(layer(8, 2, seed=1), readout=np.ones(8)).error_bound(max_length=3, per_length=16)
+    assert f64 < 1e-12
+    with pytest.raises(ValueError, match=r"max_norm must be a positive finite number, got 0"):
+        oracle.error_bound(max_norm=0)
+    with pytest.raises(ValueError, match=r"max_length must be a positive integer, got 2\.0"):
+        oracle.error_bound(max_length=2.0)

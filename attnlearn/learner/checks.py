@@ -129,7 +129,8 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
             f"first-order error estimate {estimate:.1e} exceeds 1 (100% relative error): the interpolation is "
             "too ill-conditioned in float64 for this model (use exact mode, robust=True, or fewer heads)"
         )
-    queries["total"] = queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
+    queries["total"] = (queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
+                        + queries.get("scale", 0))
     sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
     return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length, output_error=eps_out,
                     error_estimate=estimate, sensitivity=sensitivity, holdout_error=holdout_error,

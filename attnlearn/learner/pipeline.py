@@ -22,14 +22,15 @@ from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
 from ..errors import IllConditionedError
 from ..model import MultiHeadAttention
-from .asking import ask_constants, ask_design, ask_probe
+from .asking import ask_constants, ask_design
 from .checks import check_fits, finish
 from .constants import fit_calibrated, set_constants, solve_V
-from .design import build_design, draw_directions, node_pairs, scale_factor
-from .fitting import ConfigState, collect_fits, fit_block_one, fit_probe, sample_errors
+from .design import build_design, draw_directions, node_pairs
+from .fitting import ConfigState, collect_fits, fit_block_one, sample_errors
 from .labelling import label_crosses, label_links
 from .results import Diagnostics, query_budget
 from .robust import redraw
+from .scale import find_scale
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
 from .tolerances import MAX_LENGTH, MAX_QUERIES, Tolerances
 
@@ -181,10 +182,11 @@ class Options:
     method: str
     redraw_rounds: int
     nodes: str
+    scale: str = "probe"
 
 
 def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
-             redraw_rounds, max_queries, max_length):
+             redraw_rounds, max_queries, max_length, scale="probe"):
     """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults, refuse an absurd
     cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
     if (heads is None) == (max_heads is None):
@@ -214,17 +216,21 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
                 "(omit it for the default, one unit of the last digit)"
             )
     redraw_rounds = check_count(redraw_rounds, "redraw_rounds", 0)
+    if scale not in ("probe", "search"):
+        raise ValueError(f'scale must be "probe" or "search", got {scale!r}')
+    if scale == "search" and oracle.exact:
+        raise ValueError('scale="search" is a float64 mode: exact mode keeps the paper\'s count (scale="probe")')
     max_queries = check_count(max_queries, "max_queries")
     max_length = check_count(max_length, "max_length")
     parts, longest = learn_cost(d, n, robust=robust, holdout=holdout)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
-                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds), tol
+                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds, scale=scale), tol
 
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
-          max_length=MAX_LENGTH):
+          max_length=MAX_LENGTH, scale="probe"):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -286,6 +292,13 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         Refuse, before any query, a request whose longest query (:math:`2n+1` tokens) is
         longer than this. Default :data:`~attnlearn.learner.tolerances.MAX_LENGTH` (129,
         i.e. :math:`n\le 64`).
+    scale : {"probe", "search"}, keyword-only
+        How the query scale is found (:mod:`attnlearn.learner.scale`, chapter 7): ``"probe"``
+        (default), the probe's factor clipped to :math:`[1/16,4]`; ``"search"`` (float64 only,
+        for layers much smaller than the paper's random models, such as PyTorch's default
+        initialisation), a factor up to 64 when the probe finds two or more heads, and
+        re-probes at larger scales when the probe's fit fails (:math:`2n+1` queries each,
+        reported in ``recovery.queries["scale"]``, not counted by ``max_queries``).
 
     Returns
     -------
@@ -334,7 +347,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     """
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
                         method=method, robust=robust, seed=seed, output_error=output_error,
-                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length)
+                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with working_precision(oracle):
         return _pipeline(oracle, opt, tol)
@@ -350,11 +363,14 @@ def _pipeline(oracle, opt, tol):
     dirs = draw_directions(rng, d)
     conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
     q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
-    c1, F11 = ask_probe(ask, q1, u11, nodes)
-    H, probe_ell = fit_probe(nodes, F11, c1, opt.n, tol=tol, output_error=opt.output_error, method=opt.method)
-    design = build_design(dirs, q1, u11, scale_factor(probe_ell, opt.spread, tol), exact=tol.exact)
+    probe = find_scale(ask, q1, u11, nodes, n=opt.n, heads_given=opt.heads_given, spread=opt.spread, rng=rng, tol=tol,
+                       output_error=opt.output_error, method=opt.method, search=opt.scale == "search")
+    c1, F11, H, probe_ell = probe.c1, probe.F11, probe.H, probe.max_abs_ell
+    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact)
     state = ConfigState.start(ask_design(ask, design, F11, nodes))
-    queries = {"design": oracle.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
+    queries = {"design": oracle.queries - start - probe.queries, "constants": 0, "redraws": 0, "holdout": 0}
+    if probe.queries:  # re-probes of the scale search (attnlearn.learner.scale), beyond the paper's count
+        queries["scale"] = probe.queries
     # ---- robust mode: block constants asked, ill-conditioned configurations redrawn
     cq, pre = None, None
     if opt.robust and d > 1:
@@ -379,7 +395,7 @@ def _pipeline(oracle, opt, tol):
     collect_fits(state, [(fit1, idx1), (fit_rest, rest)], H, errors.output)
     check_fits(state, design.labels, opt.n, heads_given=opt.heads_given, output_error=opt.output_error,
                eps_out=errors.output, tol=tol)
-    diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe_ell=probe_ell)
+    diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe=probe)
     # ---- labelling and solves: links label each block, crosses label the blocks
     if H == 0:
         model, estimate = _zero_function(d, opt, errors, tol), 0.0
@@ -400,14 +416,15 @@ def _pipeline(oracle, opt, tol):
                   estimate=estimate, holdout=opt.holdout, rng=rng, f=design.f, tol=tol)
 
 
-def _diagnostics(state, design, nodes, *, V, pre, calib, probe_ell):
+def _diagnostics(state, design, nodes, *, V, pre, calib, probe):
     """The :class:`~.results.Diagnostics` known once every configuration is fitted (the matchings'
     fields are filled in later, when there are heads to match)."""
     H = state.H
     return Diagnostics(
         labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
         condition=state.sens.reshape(len(state.F), -1).max(axis=1) if H else np.zeros(len(state.F)),
-        scale={"probe_max_abs_ell": probe_ell, "factor": design.f}, V=V.V,
+        scale={"probe_max_abs_ell": probe.max_abs_ell, "factor": design.f, "probe_scales": probe.scales},
+        V=V.V,
         redrawn=pre.redrawn if pre is not None else [], redrawn_blocks=pre.blocks if pre is not None else [],
         calibration=None if calib is None else calib.summary())
 

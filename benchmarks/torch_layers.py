@@ -1,0 +1,97 @@
+"""Benchmark: learning PyTorch nn.MultiheadAttention layers (issue 14; chapter 7). A script, not a test.
+
+    python benchmarks/torch_layers.py                     # float64, default init, d = 16, 20 models, H = 1, 2, 4
+    python benchmarks/torch_layers.py --models 5 --heads 1 2 --d 8   # a quicker row
+    python benchmarks/torch_layers.py --dtype float32     # float32 modules (output_error from the module)
+
+Every model is ``torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True)`` with PyTorch's
+default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a random
+:math:`r` (``numpy`` seed ``i``); learned by :func:`attnlearn.learn` through
+:class:`attnlearn.torch.TorchOracle` in four modes: ``default`` (``learn``'s defaults), ``search``
+(``scale="search"``, :mod:`attnlearn.learner.scale`), ``robust`` (``robust=True``) and
+``robust+search`` (both); scored
+with :func:`attnlearn.param_error` against ``canonical(from_torch(module, readout=r))``.
+
+Columns: ``recovered`` (share of the models whose relative parameter error is at most the row's
+target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (over the returns),
+``queries`` (median of the total, held-out included), ``raised`` (a ``RecoveryError``),
+``silent`` (a return whose error exceeds 10 times its ``error_estimate``: must be 0).
+"""
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from attnlearn import RecoveryError, canonical, learn, param_error
+from attnlearn.torch import TorchOracle, from_torch
+
+
+def target(H, dtype):
+    if dtype == "float32":
+        return 1e-3
+    return 1e-6 if H <= 2 else 1e-4
+
+
+MODES = {"default": {}, "search": {"scale": "search"}, "robust": {"robust": True},
+         "robust+search": {"robust": True, "scale": "search"},
+         "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16}}
+
+
+def run(d, H, i, *, mode, dtype, bias=False):
+    torch.manual_seed(1000 * H + i)
+    module = torch.nn.MultiheadAttention(d, H, bias=bias, batch_first=True,
+                                         dtype=getattr(torch, dtype)).eval()
+    r = np.random.default_rng(i).normal(size=d)
+    oracle = TorchOracle(module, readout=r)
+    kw = dict(MODES[mode])
+    if dtype == "float32":
+        kw["output_error"] = oracle.error_bound(seed=i)  # tokens up to norm 8 (scale="probe")
+    truth = canonical(from_torch(module, readout=r))
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            rec = learn(oracle, d, heads=H, seed=i, **kw)
+    except RecoveryError as exc:
+        return {"raised": type(exc).__name__, "queries": oracle.queries}
+    err = param_error(rec.model, truth)
+    return {"error": err, "estimate": rec.error_estimate, "queries": rec.queries["total"],
+            "factor": rec.diagnostics.scale["factor"]}
+
+
+def row(d, H, models, *, mode, dtype):
+    runs = [run(d, H, i, mode=mode, dtype=dtype) for i in range(models)]
+    ret = [r for r in runs if "error" in r]
+    errs = [r["error"] for r in ret]
+    good = sum(e <= target(H, dtype) for e in errs)
+    silent = sum(r["error"] > 10 * r["estimate"] for r in ret)
+    raised = len(runs) - len(ret)
+    med = f"{np.median(errs):.1e}" if errs else "-"
+    q = int(np.median([r["queries"] for r in runs]))
+    return (f"| {models} | {H} | {mode} | {good}/{models} to {target(H, dtype):.0e} "
+            f"| {med} | {q} | {raised} | {silent} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--d", type=int, default=16)
+    ap.add_argument("--models", type=int, default=20)
+    ap.add_argument("--heads", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    print(f"d = {args.d}, {args.dtype} modules, PyTorch default initialisation, bias=False\n")
+    print("| models | heads | learn | recovered | median error | queries | raised | silent |")
+    print("|---|---|---|---|---|---|---|---|")
+    t0 = time.perf_counter()
+    for H in args.heads:
+        for mode in args.modes:
+            print(row(args.d, H, args.models, mode=mode, dtype=args.dtype), flush=True)
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
