@@ -52,6 +52,8 @@ class AttentionLayer:
     .. [1] S. Kim, I. Kim, J. Guo, "Provably Learning Multi-Head Attention with
            Queries", arXiv:2608.03294, 2026.
     .. [2] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (the layer).
+
+    Used in: chapter 7.
     """
 
     def __init__(self, W, A, *, c=None, b=None):

@@ -116,6 +116,8 @@ def from_torch(module, *, readout=None):
     ----------
     .. [1] PyTorch, ``torch.nn.MultiheadAttention``,
            https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html
+
+    Used in: chapter 7.
     """
     P = module_parameters(module)
     r = _check_readout(readout, module.embed_dim)
@@ -170,6 +172,8 @@ class TorchOracle:
     **Perturbation mode** (as :class:`attnlearn.Oracle`): when ``ATTNLEARN_PERTURB`` holds an
     integer seed, every answer of a float64 module is multiplied by :math:`1+k\epsilon_{64}`,
     :math:`k` uniform in :math:`[-4,4]`.
+
+    Used in: chapter 7.
     """
 
     exact = False

@@ -99,7 +99,9 @@ class _Recorder:
 
 def attention_means(Xs, W):
     r""":math:`m_h(X)=\sum_i\alpha_{h,i}x_i` for a batch ``Xs`` (n, N, d) and heads ``W``
-    (H, d, d): array (n, H, d)."""
+    (H, d, d): array (n, H, d).
+
+    Used in: chapter 7."""
     e = softmax_numerators(Xs, W)
     return np.einsum("nih,nid->nhd", e / e.sum(axis=1, keepdims=True), Xs)
 
@@ -139,6 +141,8 @@ def learn_vector(oracle, d, *, heads=None, max_heads=None, seed=0, **options):
     :math:`R` the residual of the least squares, first order gives
     :math:`\|\delta B\|/\|B\|\lesssim\kappa(M)\,\delta+\|M^+\|\,\|R\|/\|B\|`; twice that is
     reported (as :func:`attnlearn.learn` doubles its first-order bound).
+
+    Used in: chapter 7.
     """
     access = Access(oracle, d, vector=True)
     if access.outputs is None:

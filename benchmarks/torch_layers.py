@@ -3,6 +3,7 @@
     python benchmarks/torch_layers.py                     # float64, default init, d = 16, 20 models, H = 1, 2, 4
     python benchmarks/torch_layers.py --models 5 --heads 1 2 --d 8   # a quicker row
     python benchmarks/torch_layers.py --dtype float32     # float32 modules (output_error from the module)
+    python benchmarks/torch_layers.py --vector            # readout=None: value-output maps, H = 2, d = 8
 
 Every model is ``torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True)`` with PyTorch's
 default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a random
@@ -74,6 +75,37 @@ def row(d, H, models, *, mode, dtype):
             f"| {med} | {q} | {raised} | {silent} |")
 
 
+def vector_row(d, H, models, *, mode):
+    """learn_vector on readout=None vs learn on the same read-out r with the same random stream:
+    the maps' error (layer_error against from_torch) and both query counts."""
+    from attnlearn.layer import layer_error
+    from attnlearn.vector import learn_vector
+
+    good = silent = raised = 0
+    errs, more = [], 0
+    for i in range(models):
+        torch.manual_seed(500 + i)
+        module = torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True, dtype=torch.float64).eval()
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                rec = learn_vector(TorchOracle(module), d, heads=H, seed=i, **MODES[mode])
+                rng = np.random.default_rng(i)
+                rng.normal(size=d)  # the read-out, drawn first by learn_vector
+                scalar = learn(TorchOracle(module, readout=rec.readout), d, heads=H, seed=rng, **MODES[mode])
+        except RecoveryError:
+            raised += 1
+            continue
+        err = layer_error(rec.model, from_torch(module))
+        errs.append(err)
+        good += err <= 1e-6
+        silent += err > 10 * rec.error_estimate
+        more += rec.queries["total"] > scalar.queries["total"]
+    med = f"{np.median(errs):.1e}" if errs else "-"
+    return (f"| {models} | {H} | {mode} | {good}/{models} to 1e-06 | {med} | {raised} | {silent} | "
+            f"{more} of {len(errs)} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, default=16)
@@ -81,8 +113,18 @@ def main():
     ap.add_argument("--heads", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    ap.add_argument("--vector", action="store_true", help="value-output maps (readout=None), default d = 8, H = 2")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.vector:
+        d = 8 if args.d == 16 else args.d
+        print(f"d = {d}, float64 modules, readout=None: every head's map A_h (d x d) learned by learn_vector\n")
+        print("| models | heads | learn | maps recovered | median error | raised | silent | more queries than scalar |")
+        print("|---|---|---|---|---|---|---|---|")
+        for H in ([2] if args.heads == [1, 2, 4] else args.heads):
+            for mode in args.modes:
+                print(vector_row(d, H, args.models, mode=mode), flush=True)
+        return
     print(f"d = {args.d}, {args.dtype} modules, PyTorch default initialisation, bias=False\n")
     print("| models | heads | learn | recovered | median error | queries | raised | silent |")
     print("|---|---|---|---|---|---|---|---|")

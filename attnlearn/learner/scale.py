@@ -101,6 +101,8 @@ def find_scale(ask, q1, u11, nodes, *, n, heads_given, spread, rng, tol, output_
     ------
     RecoveryError
         The last probe's fit fails (after the allowed re-probes).
+
+    Used in: chapter 4 (``scale="probe"``, every run) and chapter 7 (``scale="search"``).
     """
     c1, F11 = ask_probe(ask, q1, u11, nodes)
     s, scales, extra = 1.0, [1.0], 0
