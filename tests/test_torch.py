@@ -154,3 +154,14 @@ def test_error_bound_measures_the_float32_arithmetic():
         oracle.error_bound(max_norm=0)
     with pytest.raises(ValueError, match=r"max_length must be a positive integer, got 2\.0"):
         oracle.error_bound(max_length=2.0)
+
+
+def test_exact_mode_reads_a_default_layer_through_from_torch():
+    import mpmath
+
+    m = layer(4, 2, seed=2)  # PyTorch's small default initialisation: exact mode needs no search
+    truth = from_torch(m, readout=np.random.default_rng(0).normal(size=4))
+    with mpmath.workdps(40):
+        rec = learn(Oracle(truth, precision=40), 4, heads=2)
+        assert rec.queries["total"] == 4 * 2 * 16 - 4 + 1  # the paper's count exactly
+        assert param_error(rec.model, canonical(truth.to_mpmath())) <= 1e-25
