@@ -107,6 +107,10 @@ class Recovery:
         held-out random queries (float64 mode).
     diagnostics : Diagnostics
         Per-configuration diagnostics (:class:`Diagnostics`).
+    verified : bool
+        True when the result passed the verification stage: check queries predicted by the
+        fits (:mod:`attnlearn.learner.verify`) and held-out random sequences, together
+        ``holdout`` queries; False when ``holdout=0`` was asked for.
     """
 
     model: object
@@ -118,6 +122,7 @@ class Recovery:
     sensitivity: float
     holdout_error: float
     diagnostics: Diagnostics
+    verified: bool = False
 
     def __repr__(self):
         return (

@@ -81,8 +81,18 @@ class Tolerances:
         Bounds :math:`[1/16, 4]` of the query-scale factor: one probe value can be small by
         chance, and a bounded correction avoids extreme poles.
     holdout : int
-        Default number of held-out queries: 0 in exact mode (the count stays exactly the
-        paper's), 32 in float64.
+        Default number of held-out queries, counted apart from the paper's design (whose count
+        stays exact): 8 in exact mode, 32 in float64. The first of them are check queries
+        (``check_configs``), the rest random sequences.
+    check_configs : int
+        At most 4 configurations get one check query each: a node the fit did not use,
+        predicted by the fit (catches undeclared noise, too few heads, an oracle that is not
+        attention, where the design has no redundancy, e.g. :math:`d=1`).
+    check_safety : float
+        A check query's answer must lie within 10 times its first-order prediction bound in
+        float64 (first-order bounds; second-order terms of a few per cent) and within
+        :math:`10^6` times in exact mode (as ``match_safety``: the bounds are far below what
+        a wrong premise moves, order one).
     match_safety : float
         Matching tolerance in units of the first-order error bound of the compared points:
         3 in float64 (first-order bounds, second-order terms of a few per cent); :math:`10^6`
@@ -149,6 +159,8 @@ class Tolerances:
     spread_copies: float = 1.0
     scale_clip: tuple = (1 / 16, 4)
     holdout: int = 32
+    check_configs: int = 4
+    check_safety: float = 10.0
     match_safety: float = 3.0
     ambiguity: float = 4.0
     redraw_factor: float = 100
@@ -170,7 +182,8 @@ class Tolerances:
         """The policy of float64 mode (``exact=False``) or of exact mode at ``dps`` digits."""
         if exact:
             return cls(exact=True, output_rounding=10.0 ** (1 - dps), output_floor=1.0,
-                       exact_residual=10.0 ** (-dps / 2), holdout=0, match_safety=1e6)
+                       exact_residual=10.0 ** (-dps / 2), holdout=8, match_safety=1e6,
+                       check_safety=1e6)
         return cls(exact=False, output_rounding=4 * EPS64, output_floor=1e-300, exact_residual=None)
 
     def default_spread(self, nodes):
