@@ -704,3 +704,20 @@ def test_the_cost_estimate_is_what_learn_asks(robust, holdout):
     assert parts == {"design": rec.queries["design"], "constants": rec.queries["constants"],
                      "held-out": rec.queries["holdout"]}
     assert longest == rec.max_length
+
+
+def test_exact_error_estimate_does_not_underflow_beyond_float64():
+    # issue 13: at 250 digits the float64 bounds would underflow (estimate 0.0 before); they are
+    # computed at an output error of 1e-100 and scaled back as mpmath numbers (first order: linear)
+    model = random_model(2, 2, seed=1)
+    rec = learn(Oracle(model, precision=250), 2, heads=2)
+    assert isinstance(rec.error_estimate, mpmath.mpf) and isinstance(rec.output_error, mpmath.mpf)
+    assert mpmath.mpf(10) ** -250 < rec.output_error < mpmath.mpf(10) ** -247  # 10^(1 - dps) max|F|
+    assert 0 < rec.error_estimate < mpmath.mpf(10) ** -200
+    with mpmath.workdps(250):
+        err = param_error(rec.model, canonical(model.to_mpmath()))
+    assert 0 < err <= rec.error_estimate
+    assert re.search(r"error_estimate=\d\.\de-\d+\)", repr(rec))
+    # below 100 digits nothing changes: float64 numbers
+    rec60 = learn(Oracle(model, precision=60), 2, heads=2)
+    assert type(rec60.error_estimate) is float and type(rec60.output_error) is float

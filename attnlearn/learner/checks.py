@@ -10,6 +10,7 @@ import numpy as np
 from .._arith import to_float, to_mp
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError, IllConditionedError
+from .fitting import SampleErrors
 from .results import Recovery
 
 __all__ = ["check_head_count", "check_first_order", "check_significant", "check_fits", "holdout_batches", "finish"]
@@ -101,8 +102,13 @@ def holdout_batches(rng, holdout, max_length, d, *, f, exact):
 
 
 def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate, holdout, rng, f, tol,
-           verified=True):
+           verified=True, stated=None):
     """Check the recovered ``model`` on ``holdout`` held-out queries and return the :class:`Recovery`.
+
+    ``eps_out`` and ``estimate`` are the float64 bounds; with ``stated`` (exact mode: the output error
+    itself, an mpmath number) below ``eps_out`` (beyond 100 digits, see
+    :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and ``output_error``
+    are scaled back to it (:meth:`~.fitting.SampleErrors.scale_back`).
 
     Raises
     ------
@@ -134,6 +140,7 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
         )
     queries["total"] = queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
     sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
-    return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length, output_error=eps_out,
-                    error_estimate=estimate, sensitivity=sensitivity, holdout_error=holdout_error,
+    report = SampleErrors(eps_out, None, stated)
+    return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length,
+                    output_error=report.scale_back(eps_out), error_estimate=report.scale_back(estimate), sensitivity=sensitivity, holdout_error=holdout_error,
                     diagnostics=diagnostics, verified=bool(verified))

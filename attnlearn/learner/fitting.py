@@ -10,6 +10,7 @@ poles and residues, their error bounds), indexed like the :class:`~.design.Confi
 
 from dataclasses import dataclass
 
+import mpmath
 import numpy as np
 
 from .._arith import to_float
@@ -34,7 +35,9 @@ class SampleErrors:
     Attributes
     ----------
     output : float
-        Absolute output error :math:`\varepsilon` assumed (or stated) for every answer.
+        Absolute output error :math:`\varepsilon` assumed (or stated) for every answer, as the
+        float64 error bounds use it (exact mode: at least ``tol.bound_floor`` times the output
+        scale).
     residual : float or array
         Residual tolerance of a fit at an exactly known constant (one entry per
         configuration when there is one configuration).
@@ -42,15 +45,29 @@ class SampleErrors:
 
     output: float
     residual: object
+    stated: object = None  # the output error itself (mpmath in exact mode); None: ``output``
+
+    def scale_back(self, bound):
+        """A first-order ``bound`` computed at :attr:`output`, scaled to the output error
+        :attr:`stated` when that is smaller (exact mode beyond 100 digits: an mpmath number)."""
+        if self.stated is None or not self.stated < self.output:
+            return bound
+        return mpmath.mpf(bound) * (self.stated / self.output)
 
 
 def sample_errors(F, output_error, tol):
     """The :class:`SampleErrors` of samples ``F`` (C, m) under policy ``tol`` (a
     :class:`~.tolerances.Tolerances`), with the user's ``output_error`` or the oracle's rounding."""
     Fmax = float(np.abs(to_float(F)).max()) if F.size else 0.0
-    if output_error is not None:
+    stated = None
+    if tol.exact:
+        # the oracle's dps digits (or the stated error) exactly; the bounds at no less than bound_floor
+        stated = (mpmath.mpf(output_error) if output_error is not None
+                  else mpmath.mpf(10) ** (1 - tol.dps) * max(Fmax, tol.output_floor))
+        eps_out = max(float(stated), tol.bound_floor * max(Fmax, tol.output_floor))
+    elif output_error is not None:
         # the oracle's own float64 rounding is there whatever the user's noise bound says
-        eps_out = float(output_error) if tol.exact else max(float(output_error), tol.output_rounding * Fmax)
+        eps_out = max(float(output_error), tol.output_rounding * Fmax)
     else:
         eps_out = tol.output_rounding * max(Fmax, tol.output_floor)
     m = F.shape[1]
@@ -58,7 +75,7 @@ def sample_errors(F, output_error, tol):
         res = tol.exact_residual * max(Fmax, tol.output_floor)
     else:
         res = tol.fit_tolerance(m, eps_out)
-    return SampleErrors(eps_out, np.full(F.shape[0], res) if F.shape[0] == 1 else res)
+    return SampleErrors(eps_out, np.full(F.shape[0], res) if F.shape[0] == 1 else res, stated)
 
 
 def fit_probe(nodes, F11, c1, n, *, tol, output_error, method):

@@ -406,7 +406,7 @@ def _pipeline(oracle, opt, tol):
             if mt is not None:
                 setattr(diag, f"{name}_residual", mt.residual)
                 setattr(diag, f"{name}_margin", mt.margin)
-    return finish(oracle, model, queries, diag, max_length=nodes.max_length, eps_out=errors.output,
+    return finish(oracle, model, queries, diag, max_length=nodes.max_length, eps_out=errors.output, stated=errors.stated,
                   estimate=estimate, holdout=opt.holdout - queries["holdout"], rng=rng, f=design.f, tol=tol,
                   verified=opt.holdout > 0)
 
