@@ -50,7 +50,7 @@ class SampleErrors:
     def scale_back(self, bound):
         """A first-order ``bound`` computed at :attr:`output`, scaled to the output error
         :attr:`stated` when that is smaller (exact mode beyond 100 digits: an mpmath number)."""
-        if self.stated is None or not self.stated < self.output:
+        if self.stated is None or float(self.stated) >= self.output:  # not raised to the floor
             return bound
         return mpmath.mpf(bound) * (self.stated / self.output)
 
