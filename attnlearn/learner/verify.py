@@ -57,6 +57,17 @@ def _predict(ell, gam, tau, exact):
     return (gam / (1 + np.exp(ell) * float(tau))).sum(axis=1)
 
 
+def _residual(state, pos, ts, exact):
+    r"""The largest :math:`|F(t_i)-c-G(t_i)|` of the stored fits ``pos`` on their own samples,
+    float64: measured, not taken from the fit (the calibration of the constants updates a fit's
+    :math:`(\ell,\gamma)` to first order, which leaves a residual of its own)."""
+    F = state.F[pos] - state.const[pos][:, None]
+    nodes = [Fraction(t) for t in ts]  # ints (copies) or Fractions (ratios)
+    nodes = [mpmath.mpf(t.numerator) / t.denominator if exact else float(t) for t in nodes]
+    pred = np.stack([_predict(state.ell[pos], state.gamma[pos], t, exact) for t in nodes], axis=1)
+    return np.abs(to_float(F - pred)).max(axis=1)
+
+
 def _prediction_weights(ts, ell, gam, tau):
     r"""First-order weights :math:`w_i=\partial G(\tau)/\partial G(t_i)` of the prediction on the
     samples, through the fit: :math:`w=J^{+\top}\nabla G(\tau)`, float64, (C, m)."""
@@ -78,7 +89,7 @@ def verify_fits(ask, design, state, nodes, *, count, eps_out, tol):
     The prediction :math:`c+G(\tau)` of the check node :math:`\tau=t/s` depends on the
     samples :math:`F(t_i)` through the fit with weights :math:`w=J^{+\top}\nabla G(\tau)`
     (:math:`J` the fit's Jacobian); with every sample within :math:`\varepsilon` plus the fit's
-    residual :math:`r`, and the constant within :math:`\delta c` (it shifts the samples and the
+    residual :math:`r` (measured on the samples, :func:`_residual`), and the constant within :math:`\delta c` (it shifts the samples and the
     prediction alike), the prediction is off by at most
     :math:`(\varepsilon+r)\sum_i|w_i|+\delta c\,|1-\sum_iw_i|` to first order, and the
     answer itself by :math:`\varepsilon`: a tight bound, so that undeclared noise a few times
@@ -108,7 +119,7 @@ def verify_fits(ask, design, state, nodes, *, count, eps_out, tol):
     w = np.stack(ws, axis=1)  # (k', nodes, m)
     # every sample within eps_out plus the fit's own residual; the constant shifts samples and
     # prediction alike, so it enters with 1 - sum(w)
-    sample_err = (eps_out + to_float(state.residual[pos]))[:, None]
+    sample_err = (eps_out + _residual(state, pos, nodes.ts, exact))[:, None]
     bound = eps_out + sample_err * np.abs(w).sum(axis=2) + state.const_err[pos][:, None] * np.abs(1 - w.sum(axis=2))
     miss = np.abs(to_float(y - pred))
     bad = ~(miss <= tol.check_safety * bound)
