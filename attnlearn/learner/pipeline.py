@@ -286,8 +286,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         conditioned (chapter 3; chapter 4 compares the two in exact mode).
     max_queries : int, keyword-only
         Refuse, before any query, a request that needs more queries than this: the design's
-        :math:`4nd^2-2n+1`, robust mode's :math:`d-1` constants and the held-out queries (at
-        least :math:`2n+1` when ``holdout > 0``, one of every length); robust mode's redraws
+        :math:`4nd^2-2n+1`, robust mode's :math:`d-1` constants and the verification queries
+        (:func:`holdout_count`: up to 4 check queries, then random sequences, at least one of
+        every length up to :math:`2n+1`); robust mode's redraws
         depend on the answers and are not counted. Default
         :data:`~attnlearn.learner.tolerances.MAX_QUERIES` (:math:`10^7`).
     max_length : int, keyword-only
