@@ -165,6 +165,7 @@ def test_exact_recovery_is_functionally_equivalent(d, H, k):
     assert rec.queries["total"] == oracle.queries
     assert sum(rec.queries[s] for s in ("attention", "kinks", "gradients", "holdout")) == rec.queries["total"]
     assert rec.residuals["holdout"] <= 1e-30 and rec.residuals["value_check"] <= 1e-30
+    assert rec.verified and rec.attention.verified
 
 
 def test_max_heads_upper_bound():
@@ -444,3 +445,10 @@ def test_the_transformer_cost_estimate_counts_step_one():
     parts, _ = learn_cost(2, 1, robust=False, holdout=32)  # learn's float64 default on D
     assert rec.queries["attention"] == 2 * sum(parts.values())
     assert rec.queries["holdout"] == 7
+
+
+def test_holdout_zero_is_reported_unverified():
+    T = OneLayerTransformer.random(2, 1, 2, seed=8)
+    rec = learn_transformer(Oracle(T, precision=DPS), 2, heads=1, holdout=0)
+    assert rec.queries["holdout"] == 0 and not rec.verified
+    assert rec.attention.verified  # step 1 still verified its heads of D
