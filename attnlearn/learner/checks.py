@@ -10,7 +10,7 @@ import numpy as np
 from .._arith import to_float, to_mp
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError, IllConditionedError
-from .fitting import SampleErrors
+from .fitting import scale_back
 from .results import Recovery
 
 __all__ = ["check_head_count", "check_first_order", "check_significant", "check_fits", "holdout_batches", "finish"]
@@ -108,7 +108,7 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
     ``eps_out`` and ``estimate`` are the float64 bounds; with ``stated`` (exact mode: the output error
     itself, an mpmath number) below ``eps_out`` (beyond 100 digits, see
     :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and ``output_error``
-    are scaled back to it (:meth:`~.fitting.SampleErrors.scale_back`).
+    are scaled back to it (:func:`~.fitting.scale_back`).
 
     Raises
     ------
@@ -140,7 +140,7 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
         )
     queries["total"] = queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
     sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
-    report = SampleErrors(eps_out, None, stated)
     return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length,
-                    output_error=report.scale_back(eps_out), error_estimate=report.scale_back(estimate), sensitivity=sensitivity, holdout_error=holdout_error,
-                    diagnostics=diagnostics, verified=bool(verified))
+                    output_error=scale_back(eps_out, eps_out, stated),
+                    error_estimate=scale_back(estimate, eps_out, stated), sensitivity=sensitivity,
+                    holdout_error=holdout_error, diagnostics=diagnostics, verified=bool(verified))

@@ -19,6 +19,7 @@ from ..rational import RationalFit, check_residuals, fit_checked, fit_min_degree
 __all__ = [
     "SampleErrors",
     "sample_errors",
+    "scale_back",
     "fit_probe",
     "subset_fit",
     "fit_block_one",
@@ -47,12 +48,14 @@ class SampleErrors:
     residual: object
     stated: object = None  # the output error itself (mpmath in exact mode); None: ``output``
 
-    def scale_back(self, bound):
-        """A first-order ``bound`` computed at :attr:`output`, scaled to the output error
-        :attr:`stated` when that is smaller (exact mode beyond 100 digits: an mpmath number)."""
-        if self.stated is None or float(self.stated) >= self.output:  # not raised to the floor
-            return bound
-        return mpmath.mpf(bound) * (self.stated / self.output)
+
+def scale_back(bound, output, stated):
+    """A first-order ``bound`` computed at the output error ``output`` (a :attr:`SampleErrors.output`),
+    scaled to the output error ``stated`` when that is smaller (exact mode beyond 100 digits: an
+    mpmath number; first-order bounds are linear in the output error)."""
+    if stated is None or float(stated) >= output:  # not raised to the floor
+        return bound
+    return mpmath.mpf(bound) * (stated / output)
 
 
 def sample_errors(F, output_error, tol):

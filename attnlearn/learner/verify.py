@@ -57,14 +57,18 @@ def _predict(ell, gam, tau, exact):
     return (gam / (1 + np.exp(ell) * float(tau))).sum(axis=1)
 
 
+def _node(ratio, exact):
+    """The node :math:`t/s` (an int or a :class:`~fractions.Fraction`) in the learner's arithmetic."""
+    r = Fraction(ratio)
+    return mpmath.mpf(r.numerator) / r.denominator if exact else float(r)
+
+
 def _residual(state, pos, ts, exact):
     r"""The largest :math:`|F(t_i)-c-G(t_i)|` of the stored fits ``pos`` on their own samples,
     float64: measured, not taken from the fit (the calibration of the constants updates a fit's
     :math:`(\ell,\gamma)` to first order, which leaves a residual of its own)."""
     F = state.F[pos] - state.const[pos][:, None]
-    nodes = [Fraction(t) for t in ts]  # ints (copies) or Fractions (ratios)
-    nodes = [mpmath.mpf(t.numerator) / t.denominator if exact else float(t) for t in nodes]
-    pred = np.stack([_predict(state.ell[pos], state.gamma[pos], t, exact) for t in nodes], axis=1)
+    pred = np.stack([_predict(state.ell[pos], state.gamma[pos], _node(t, exact), exact) for t in ts], axis=1)
     return np.abs(to_float(F - pred)).max(axis=1)
 
 
@@ -89,8 +93,8 @@ def verify_fits(ask, design, state, nodes, *, count, eps_out, tol):
     The prediction :math:`c+G(\tau)` of the check node :math:`\tau=t/s` depends on the
     samples :math:`F(t_i)` through the fit with weights :math:`w=J^{+\top}\nabla G(\tau)`
     (:math:`J` the fit's Jacobian); with every sample within :math:`\varepsilon` plus the fit's
-    residual :math:`r` (measured on the samples, :func:`_residual`), and the constant within :math:`\delta c` (it shifts the samples and the
-    prediction alike), the prediction is off by at most
+    residual :math:`r` (measured on the samples, :func:`_residual`), and the constant within
+    :math:`\delta c` (it shifts the samples and the prediction alike), the prediction is off by at most
     :math:`(\varepsilon+r)\sum_i|w_i|+\delta c\,|1-\sum_iw_i|` to first order, and the
     answer itself by :math:`\varepsilon`: a tight bound, so that undeclared noise a few times
     the output error is seen. A discrepancy beyond ``tol.check_safety`` times their sum means
@@ -112,7 +116,7 @@ def verify_fits(ask, design, state, nodes, *, count, eps_out, tol):
     y = ask_nodes(ask, design.u[pos], design.qtok, design.qidx[pos], pairs, "the check queries")
     ws, preds = [], []
     for s, t in pairs:
-        tau = mpmath.mpf(t) / s if exact else t / s
+        tau = _node(Fraction(t, s), exact)
         preds.append(state.const[pos] + _predict(state.ell[pos], state.gamma[pos], tau, exact))
         ws.append(_prediction_weights(nodes.ts, state.ell[pos], state.gamma[pos], tau))
     pred = np.stack(preds, axis=1)  # (k', nodes)
