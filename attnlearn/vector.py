@@ -64,6 +64,10 @@ class VectorRecovery:
         Largest residual of the least squares relative to the largest answer.
     holdout_error : float or None
         Largest relative discrepancy on stage 1's held-out queries, every output.
+    verified : bool
+        True when stage 1 passed its verification stage (``scalar.verified``) and the maps
+        reproduced every output of its verification queries (counted in
+        ``queries["holdout"]``, apart from the design); False with ``holdout=0``.
     """
 
     model: AttentionLayer
@@ -74,6 +78,7 @@ class VectorRecovery:
     error_estimate: float
     fit_residual: float
     holdout_error: float
+    verified: bool = False
 
     def __repr__(self):
         return (f"VectorRecovery(heads={self.heads}, d={self.model.d}, k={self.model.k}, "
@@ -166,7 +171,7 @@ def learn_vector(oracle, d, *, heads=None, max_heads=None, seed=0, **options):
                                   "means of the queries are too ill-conditioned to determine them")
     return VectorRecovery(model=model, heads=scalar.heads, readout=r, scalar=scalar, queries=dict(scalar.queries),
                           error_estimate=max(estimate, scalar.error_estimate), fit_residual=residual,
-                          holdout_error=holdout_error)
+                          holdout_error=holdout_error, verified=bool(scalar.verified and hold_rows))
 
 
 def _split(Xs, Y, n_hold):

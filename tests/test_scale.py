@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from attnlearn import Oracle, RecoveryError, canonical, learn, param_error
+from attnlearn.learner.pipeline import holdout_count
 from attnlearn.learner.tolerances import Tolerances
 from attnlearn.model import random_model
 
@@ -40,6 +41,8 @@ def test_crowded_probe_is_reprobed_and_counted(H, d, seed, probes):
     assert rec.queries["scale"] == (probes - 1) * (2 * H + 1)
     assert rec.queries["design"] == 4 * H * d * d - 2 * H + 1
     assert rec.queries["total"] == oracle.queries == sum(v for k, v in rec.queries.items() if k != "total")
+    # the verification stage runs on the searched design as on any other, its queries counted apart
+    assert rec.verified and rec.queries["holdout"] == holdout_count(Tolerances.holdout, H)
     assert param_error(rec.model, canonical(m)) <= min(rec.error_estimate, 1e-6)
 
 

@@ -7,6 +7,7 @@ torch = pytest.importorskip("torch")
 
 from attnlearn import MultiHeadAttention, Oracle, learn, param_error, canonical  # noqa: E402
 from attnlearn.layer import AttentionLayer  # noqa: E402
+from attnlearn.learner.pipeline import holdout_count  # noqa: E402
 from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError  # noqa: E402
 from attnlearn.torch import TorchOracle, from_torch, module_parameters  # noqa: E402
 
@@ -163,5 +164,9 @@ def test_exact_mode_reads_a_default_layer_through_from_torch():
     truth = from_torch(m, readout=np.random.default_rng(0).normal(size=4))
     with mpmath.workdps(40):
         rec = learn(Oracle(truth, precision=40), 4, heads=2)
-        assert rec.queries["total"] == 4 * 2 * 16 - 4 + 1  # the paper's count exactly
+        assert rec.queries["design"] == 4 * 2 * 16 - 4 + 1  # the paper's count exactly
+        # exact mode's default verification (8: 4 check queries, then one held-out query of every length
+        # up to 5), counted apart from the design
+        assert rec.queries["holdout"] == holdout_count(8, 2) == 4 + 5 and rec.verified
+        assert rec.queries["total"] == rec.queries["design"] + rec.queries["holdout"]
         assert param_error(rec.model, canonical(truth.to_mpmath())) <= 1e-25

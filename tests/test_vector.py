@@ -6,6 +6,7 @@ import pytest
 from attnlearn import Oracle, learn, query_budget
 from attnlearn.errors import CheckFailedError
 from attnlearn.layer import AttentionLayer, layer_error
+from attnlearn.learner.pipeline import holdout_count
 from attnlearn.model import random_model
 from attnlearn.vector import attention_means, learn_vector
 
@@ -41,6 +42,14 @@ def test_maps_recovered_with_the_scalar_learners_queries(k):
     assert rec.queries == rec.scalar.queries and oracle.queries == rec.queries["total"]
     assert rec.queries["design"] == query_budget(d, H)[0]
     assert rec.model.A.shape == (H, k, d) and rec.holdout_error <= 1e-8
+    assert rec.verified and rec.queries["holdout"] == holdout_count(32, H)  # verification, counted apart
+
+
+def test_without_verification_the_maps_are_unverified():
+    lay = vector_layer(2, 3, 4, seed=4)
+    rec = learn_vector(VectorOracle(lay), 3, heads=2, seed=1, holdout=0)
+    assert not rec.verified and rec.holdout_error is None and rec.queries["holdout"] == 0
+    assert layer_error(rec.model, lay) <= 1e-8
 
 
 def test_the_readout_is_the_scalar_model():
@@ -74,8 +83,9 @@ def test_wrong_answers_on_held_out_queries_raise():
                                                r"relative discrepancy"):
         learn_vector(VectorOracle(lay, mangle=late), 2, heads=1, seed=0, holdout=8)
     # the design asks 5 batches (the shared query, the probe's 2 nodes, the other configurations' 2), then
-    # the held-out queries 3 (lengths 1..3): the perturbed ones reached only the vector check
-    assert len(calls) == 5 + 3
+    # the verification: 1 batch of check queries and 3 of held-out ones (lengths 1..3); the perturbed
+    # answers pass the scalar checks (r^T F unchanged) and reach only the vector check
+    assert len(calls) == 5 + 1 + 3
 
 
 def test_scalar_and_exact_oracles_are_refused():
