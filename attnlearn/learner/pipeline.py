@@ -23,6 +23,7 @@ from ..protocol import check_oracle as protocol_check
 from ..errors import IllConditionedError
 from ..model import MultiHeadAttention
 from .asking import ask_constants, ask_design
+from .bias import bias_budget, learn_biased
 from .checks import check_fits, finish
 from .constants import fit_calibrated, set_constants, solve_V
 from .design import build_design, draw_directions, node_pairs
@@ -161,13 +162,15 @@ def check_cost(parts, longest, *, max_queries, max_length, n):
                          f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
 
 
-def learn_cost(d, n, *, robust, holdout):
+def learn_cost(d, n, *, robust, holdout, bias=False):
     """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
     the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7), robust mode's
     :math:`d-1` constants and the held-out queries (robust mode's redraws depend on the answers and
-    are not counted)."""
-    count, longest = query_budget(d, n)
-    parts = {"design": count, "constants": d - 1 if robust else 0, "held-out": holdout_count(holdout, n)}
+    are not counted). With ``bias`` the biased design's :math:`4nd^2+4nd-2n+1` and :math:`d`
+    constants (:func:`~.bias.bias_budget`)."""
+    count, longest = bias_budget(d, n) if bias else query_budget(d, n)
+    parts = {"design": count, "constants": (d if bias else d - 1) if robust else 0,
+             "held-out": holdout_count(holdout, n)}
     return parts, longest
 
 
@@ -188,10 +191,11 @@ class Options:
     redraw_rounds: int
     nodes: str
     scale: str = "probe"
+    bias: bool = False
 
 
 def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
-             redraw_rounds, max_queries, max_length, scale="probe"):
+             redraw_rounds, max_queries, max_length, scale="probe", bias=False):
     """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults, refuse an absurd
     cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
     if (heads is None) == (max_heads is None):
@@ -225,17 +229,19 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
         raise ValueError(f'scale must be "probe" or "search", got {scale!r}')
     if scale == "search" and oracle.exact:
         raise ValueError('scale="search" is a float64 mode: exact mode keeps the paper\'s count (scale="probe")')
+    bias = check_flag(bias, "bias")
     max_queries = check_count(max_queries, "max_queries")
     max_length = check_count(max_length, "max_length")
-    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout)
+    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
-                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds, scale=scale), tol
+                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds, scale=scale,
+                   bias=bias), tol
 
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
-          max_length=MAX_LENGTH, scale="probe"):
+          max_length=MAX_LENGTH, scale="probe", bias=False):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -308,6 +314,13 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         initialisation), a factor up to 64 when the probe finds two or more heads, and
         re-probes at larger scales when the probe's fit fails (:math:`2n+1` queries each,
         reported in ``recovery.queries["scale"]``, not counted by ``max_queries``).
+    bias : bool, keyword-only
+        Learn score biases :math:`c_h` (score :math:`x_i^\top(W_hx_N+c_h)`) and an output
+        offset :math:`\beta` besides the heads, as PyTorch's ``bias=True`` adds
+        (:mod:`attnlearn.learner.bias`, chapter 7): one more block and midpoint crosses,
+        :math:`4nd^2+4nd-2n+1` design queries; ``recovery.model`` is then a scalar
+        :class:`attnlearn.layer.AttentionLayer` with ``c`` and ``b``. Default False (the
+        paper's model and design, unchanged).
 
     Returns
     -------
@@ -356,10 +369,11 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     """
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
                         method=method, robust=robust, seed=seed, output_error=output_error,
-                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale)
+                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale,
+                        bias=bias)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with working_precision(oracle):
-        return _pipeline(oracle, opt, tol)
+        return (learn_biased if opt.bias else _pipeline)(oracle, opt, tol)
 
 
 def _pipeline(oracle, opt, tol):
