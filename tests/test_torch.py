@@ -170,3 +170,34 @@ def test_exact_mode_reads_a_default_layer_through_from_torch():
         assert rec.queries["holdout"] == holdout_count(8, 2) == 4 + 5 and rec.verified
         assert rec.queries["total"] == rec.queries["design"] + rec.queries["holdout"]
         assert param_error(rec.model, canonical(truth.to_mpmath())) <= 1e-25
+
+
+@pytest.mark.parametrize("drawn", [False, True])
+def test_biased_layers_learned_with_bias_true(drawn):
+    """bias=True: PyTorch's zero initial biases, or biases drawn N(0, 1); float64 through the
+    module (robust mode) and exact through from_torch at 40 digits."""
+    import mpmath
+
+    from attnlearn.learner.bias import bias_budget, bias_error
+
+    torch.manual_seed(4)
+    m = torch.nn.MultiheadAttention(4, 2, bias=True, batch_first=True, dtype=torch.float64).eval()
+    if drawn:
+        with torch.no_grad():
+            m.in_proj_bias.normal_()
+            m.out_proj.bias.normal_()
+    r = np.random.default_rng(0).normal(size=4)
+    truth = from_torch(m, readout=r)
+    rec = learn(TorchOracle(m, readout=r), 4, heads=2, bias=True, robust=True, seed=1)
+    assert bias_error(rec.model, truth) <= min(10 * rec.error_estimate, 1e-6) and rec.verified
+
+    class Exact:  # the float64 layer read exactly (mpmath at 40 digits)
+        d, exact, dps = 4, True, 40
+
+        def batch(self, Xs):
+            return truth.to_mpmath().batch(Xs)
+
+    with mpmath.workdps(40):
+        rec = learn(Exact(), 4, heads=2, bias=True)
+        assert bias_error(rec.model, truth) <= 1e-20
+    assert rec.queries["design"] == bias_budget(4, 2)[0] == 4 * 2 * 16 + 4 * 2 * 4 - 4 + 1
