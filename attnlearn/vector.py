@@ -133,7 +133,8 @@ def learn_vector(oracle, d, *, heads=None, max_heads=None, seed=0, **options):
     Raises
     ------
     TypeError, ValueError
-        As :func:`attnlearn.learn`; a scalar oracle (no ``.outputs``) or an exact one.
+        As :func:`attnlearn.learn`; a scalar oracle (no ``.outputs``) or an exact one;
+        ``bias=True`` (the maps are learned for the paper's scores only).
     RecoveryError
         Stage 1's errors; :class:`~attnlearn.errors.CheckFailedError` when the maps miss the
         held-out answers; :class:`~attnlearn.errors.IllConditionedError` when the estimate
@@ -149,6 +150,9 @@ def learn_vector(oracle, d, *, heads=None, max_heads=None, seed=0, **options):
 
     Used in: chapter 7.
     """
+    if options.get("bias", False) is not False:
+        raise ValueError("learn_vector does not learn score biases or an offset (bias=True): read the layer out "
+                         "with a vector r and use attnlearn.learn(..., bias=True)")
     access = Access(oracle, d, vector=True)
     if access.outputs is None:
         raise ValueError("learn_vector needs a vector oracle (.outputs = k answers per query); for one number "

@@ -3,11 +3,13 @@
 import mpmath
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnlearn import RecoveryError, learn, query_budget
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.bias import bias_budget, bias_error
-from attnlearn.learner.design import ConfigTable
+from attnlearn.learner.design import ConfigTable, build_design, draw_directions
 from attnlearn.learner.pipeline import holdout_count
 
 
@@ -103,3 +105,26 @@ def test_arguments_are_checked():
     with pytest.raises(TypeError, match=r"bias_error expects scalar AttentionLayer models"):
         bias_error(layer, np.zeros(3))
     assert bias_error(layer, biased_layer(2, 2, 0)) == float("inf")
+
+
+@settings(max_examples=25, deadline=None)
+@given(d=st.integers(1, 6), seed=st.integers(0, 2**32 - 1), f=st.floats(0.1, 30.0))
+def test_the_biased_design_is_affine(d, seed, f):
+    """Every cross's final token is the midpoint of q_1 and its block's, so an affine map's value there
+    is the mean of the two blocks' (what the matching predicts), and [Q; 1] is invertible."""
+    rng = np.random.default_rng(seed)
+    dirs = draw_directions(rng, d, bias=True)
+    design = build_design(dirs, dirs.q[0], dirs.base[0, 0], f, exact=False, bias=True)
+    t = design.table
+    assert design.Q.shape == (d, d + 1) and design.U.shape == (d + 1, d, d)
+    for k in range(1, t.B):
+        mid = design.qtok[t.qidx[t.cross(k)]]
+        assert np.array_equal(mid, (design.q[0] + design.q[k]) * 0.5)
+        W, c = rng.normal(size=(d, d)), rng.normal(size=d)
+        w = lambda q: W @ q + c  # noqa: E731
+        np.testing.assert_allclose(w(mid), (w(design.q[0]) + w(design.q[k])) / 2, rtol=1e-12, atol=1e-12)
+    assert np.linalg.matrix_rank(np.vstack([design.Q, np.ones(d + 1)])) == d + 1
+    # links add their bases' u, as in the paper's design
+    for k in range(t.B):
+        for j in range(1, d):
+            assert np.array_equal(design.u[t.link(k, j)], design.U[k, 0] + design.U[k, j])

@@ -96,5 +96,7 @@ def test_scalar_and_exact_oracles_are_refused():
     exact.exact, exact.dps = True, 30
     with pytest.raises(ValueError, match=r"learn_vector is a float64 learner"):
         learn_vector(exact, 2, heads=1)
+    with pytest.raises(ValueError, match=r"learn_vector does not learn score biases or an offset"):
+        learn_vector(VectorOracle(vector_layer(1, 2, 2, seed=0)), 2, heads=1, bias=True)
     with pytest.raises(TypeError, match=r"returns 3 numbers per query"):
         learn(VectorOracle(vector_layer(1, 2, 3, seed=0)), 2, heads=1)
