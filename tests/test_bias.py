@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnlearn import RecoveryError, learn, query_budget
+from attnlearn.errors import IllConditionedError
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.bias import bias_budget, bias_error
 from attnlearn.learner.design import ConfigTable, build_design, draw_directions
@@ -87,6 +88,8 @@ def test_a_constant_function_is_no_head_and_its_offset():
     rec = learn(LayerOracle(layer), 2, max_heads=2, bias=True)
     assert rec.heads == 0 and abs(rec.model.b[0] - 0.75) <= 1e-15
     assert rec.model.batch(np.ones((3, 4, 2))).tolist() == [0.75] * 3
+    with pytest.raises(IllConditionedError, match=r"within the output error .* of a constant"):
+        learn(LayerOracle(layer), 2, max_heads=2, bias=True, output_error=1e-9)
 
 
 def test_the_paper_learner_cannot_express_a_bias_and_says_so():

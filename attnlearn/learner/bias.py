@@ -41,7 +41,7 @@ Used in: chapter 7 (biased layers: the derivation, the count, exact and float64 
 import numpy as np
 
 from .._arith import norm, solve, to_float, to_mp
-from ..errors import NotIdentifiableError
+from ..errors import IllConditionedError, NotIdentifiableError
 from ..layer import AttentionLayer
 from .asking import ask_constants, ask_design
 from .checks import check_fits, finish
@@ -238,6 +238,10 @@ def learn_biased(oracle, opt, tol):
         calibration=None if calib is None else calib.summary())
     # ---- labelling and solves: links label each block, the midpoint crosses label the blocks
     if H == 0:
+        if opt.output_error is not None:  # as the paper's learner: absence of heads not certifiable
+            raise IllConditionedError(
+                f"every configuration is within the output error ({errors.output:.1e}) of a constant: with noisy "
+                "outputs no canonical head can be certified, nor their absence")
         dt = object if tol.exact else float
         model, estimate = biased_layer(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt),
                                        np.zeros((0, d), dtype=dt), np.zeros((0, d, d + 1)), np.zeros((0, d)),
