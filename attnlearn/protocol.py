@@ -9,6 +9,11 @@ An oracle is any object with
   otherwise);
 * ``batch(Xs)``: ``Xs`` of shape ``(n, N, d)`` in, ``n`` real finite answers out.
 
+A *vector oracle* (an extension, chapter 7) also has ``outputs``, a positive integer :math:`k`,
+and returns answers of shape ``(n, k)``: e.g. :class:`attnlearn.torch.TorchOracle` without a
+read-out. ``outputs`` absent or None means one number per query. A learner that needs scalar
+answers refuses a vector oracle at the door (:class:`Access` with ``vector=False``).
+
 :class:`attnlearn.Oracle` is one; :class:`attnlearn.torch.TorchOracle` another; a user's own
 model wrapped in a few lines is a third. Every learner (:func:`attnlearn.learn`,
 :func:`attnlearn.learn_single_head`, :func:`attnlearn.learn_transformer`) talks to its oracle only
@@ -24,7 +29,7 @@ from collections import Counter
 import mpmath
 import numpy as np
 
-__all__ = ["check_oracle", "Access", "OracleProtocolError", "OracleAnswerError"]
+__all__ = ["check_oracle", "oracle_outputs", "Access", "OracleProtocolError", "OracleAnswerError"]
 
 
 class OracleProtocolError(TypeError):
@@ -77,6 +82,23 @@ def check_oracle(oracle, d=None):
     return int(od), bool(exact), (int(dps) if exact else None)
 
 
+def oracle_outputs(oracle):
+    """The number :math:`k` of outputs per query of a vector oracle, or None for a scalar one
+    (``oracle.outputs`` absent or None).
+
+    Raises
+    ------
+    OracleProtocolError
+        ``oracle.outputs`` is neither None nor a positive integer.
+    """
+    k = getattr(oracle, "outputs", None)
+    if k is None:
+        return None
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral) or k < 1:
+        raise OracleProtocolError(f"the oracle's .outputs must be None or a positive integer, got {k!r}")
+    return int(k)
+
+
 class Access:
     """A learner's access to an oracle: checked once, every answer checked, queries counted here.
 
@@ -86,11 +108,16 @@ class Access:
         Any object following the protocol (:func:`check_oracle`).
     d : int, optional
         Expected token width.
+    vector : bool, keyword-only
+        Accept a vector oracle (``oracle.outputs = k``: answers of shape ``(n, k)``); without it a
+        vector oracle is refused (:class:`OracleProtocolError`).
 
     Attributes
     ----------
     d, exact, dps
         As checked.
+    outputs : int or None
+        :math:`k` of a vector oracle, None for a scalar one.
     queries : int
         Number of sequences asked through this access.
     max_length : int
@@ -99,11 +126,17 @@ class Access:
         Queries per length.
     """
 
-    def __init__(self, oracle, d=None):
+    def __init__(self, oracle, d=None, *, vector=False):
         if isinstance(oracle, Access):  # already checked (a learner calling another)
             oracle = oracle.oracle
         self.oracle = oracle
         self.d, self.exact, self.dps = check_oracle(oracle, d)
+        self.outputs = oracle_outputs(oracle)
+        if self.outputs is not None and not vector:
+            raise OracleProtocolError(
+                f"the oracle returns {self.outputs} numbers per query (.outputs = {self.outputs}) and this learner "
+                "needs one: give it a read-out (e.g. TorchOracle(module, readout=r)), or use a vector learner "
+                "(attnlearn.vector.learn_vector)")
         self.queries = 0
         self.max_length = 0
         self.lengths = Counter()
@@ -113,7 +146,8 @@ class Access:
         return self(Xs)
 
     def __call__(self, Xs, what="a query"):
-        """Ask ``Xs`` (n, N, d); return the n answers as float64 or an object array of ``mpf``.
+        """Ask ``Xs`` (n, N, d); return the n answers (shape (n, k) from a vector oracle) as float64 or
+        an object array of ``mpf``.
 
         Raises :class:`OracleAnswerError` (a ``ValueError``) naming ``what`` when the oracle returns
         the wrong number of answers, non-real or non-numeric ones, or NaN/inf.
@@ -130,9 +164,11 @@ class Access:
             arr = np.asarray(y, dtype=object if self.exact else None)
         except Exception as exc:  # a ragged or exotic return value
             raise OracleAnswerError(f"the oracle's answers for {what} are not an array of numbers ({exc})") from None
-        if arr.shape != (n,):
+        want = (n,) if self.outputs is None else (n, self.outputs)
+        if arr.shape != want:
+            per = "one number" if self.outputs is None else f"{self.outputs} numbers"
             raise OracleAnswerError(
-                f"the oracle returned answers of shape {arr.shape} for {what}: expected ({n},), one number per query")
+                f"the oracle returned answers of shape {arr.shape} for {what}: expected {want}, {per} per query")
         return self._exact(arr, what) if self.exact else self._float(arr, what)
 
     @staticmethod
@@ -143,7 +179,7 @@ class Access:
         arr = arr.astype(float)
         bad = ~np.isfinite(arr)
         if bad.any():
-            i = int(np.argmax(bad))
+            i = int(np.argwhere(bad)[0][0])
             raise OracleAnswerError(
                 f"the oracle returned a non-finite value (NaN or inf) for {what} (query {i} of the batch: {arr[i]})")
         return arr
@@ -151,7 +187,10 @@ class Access:
     @staticmethod
     def _exact(arr, what):
         out = np.empty(arr.shape, dtype=object)
-        for i, v in enumerate(arr.tolist()):
+        flat = out.reshape(-1)
+        per = arr[0].size if arr.ndim == 2 and len(arr) else 1
+        for j, v in enumerate(arr.reshape(-1).tolist()):
+            i = j // per
             if isinstance(v, (mpmath.mpc, complex, np.complexfloating)) or not isinstance(
                     v, (mpmath.mpf, numbers.Real)) or isinstance(v, bool):
                 raise OracleAnswerError(
@@ -160,5 +199,5 @@ class Access:
             if not mpmath.isfinite(v):
                 raise OracleAnswerError(
                     f"the oracle returned a non-finite value (NaN or inf) for {what} (query {i} of the batch: {v})")
-            out[i] = v
+            flat[j] = v
         return out

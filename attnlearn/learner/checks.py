@@ -138,7 +138,8 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
             + ("a smaller output_error, more digits or more heads=" if tol.exact
                else "use exact mode, robust=True, or fewer heads") + ")"
         )
-    queries["total"] = queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
+    queries["total"] = (queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
+                        + queries.get("scale", 0))
     sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
     return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length,
                     output_error=scale_back(eps_out, eps_out, stated),

@@ -70,8 +70,12 @@ def set_constants(state, design, cq, *, asked, Verr, eps_out):
     is_cross = kind == "cross"
     state.const[other] = cq[blk[other]]
     state.const[is_cross] = state.const[is_cross] + cq[0]  # final token q_1 + q_k
+    if table.mid != 1:  # score biases: final token (q_1 + q_k) / 2, constant (c_1 + c_k) / 2
+        state.const[is_cross] = state.const[is_cross] * table.mid
     if asked:
-        state.const_err[other] = np.where(is_cross[other], 2 * eps_out, eps_out)
+        state.const_err[other] = np.where(is_cross[other], 2 * table.mid * eps_out, eps_out)
+    elif table.mid != 1:  # c_1 + V^T (q - q_1): the shared query's error and V's
+        state.const_err[other] = eps_out + np.abs(to_float(design.qtok - design.q[0])).sum(axis=1)[qi[other]] * Verr
     else:
         state.const_err[other] = np.abs(to_float(design.qtok)).sum(axis=1)[qi[other]] * Verr
 
@@ -92,9 +96,9 @@ class LinkLayout:
 
     @classmethod
     def of(cls, table):
-        d, pb = table.d, table.per_block
-        ref, oth, lnk = table.link_indices(np.arange(1, d))
-        return cls(table.block_rows()[1:].ravel(), table.base(np.arange(1, d), 0), ref - pb, oth - pb, lnk - pb, d - 1)
+        B, pb = table.B, table.per_block
+        ref, oth, lnk = table.link_indices(np.arange(1, B))
+        return cls(table.block_rows()[1:].ravel(), table.base(np.arange(1, B), 0), ref - pb, oth - pb, lnk - pb, B - 1)
 
 
 @dataclass
@@ -173,6 +177,9 @@ def _apply_constants(state, table, c, bound, *, eps_out, tol):
     ic = table.cross(ks + 1)
     state.const[ic] = state.const[table.base(0, 0)] + np.asarray(c)[ks]
     state.const_err[ic] = eps_out + tol.calibration_margin * np.asarray(bound)[ks]
+    if table.mid != 1:  # midpoint crosses (score biases)
+        state.const[ic] = state.const[ic] * table.mid
+        state.const_err[ic] = state.const_err[ic] * table.mid
 
 
 def calibrate_constants(nodes, state, table, *, H, eps_out, tol, method):
@@ -231,9 +238,9 @@ def calibrate_polish(fit_rest, rest, state, calib, table, *, H, eps_out, tol):
     converged = bool(np.all(step <= margin * bound))
     if converged:
         per_config = np.repeat(delta, 2 * d - 1)
-        cross_rows = where[table.cross(np.arange(1, d))]
+        cross_rows = where[table.cross(np.arange(1, table.B))]
         rows = np.concatenate([rows, cross_rows])
-        per_config = np.concatenate([per_config, delta])
+        per_config = np.concatenate([per_config, delta * table.mid])
         fit_rest.ell[rows] = fit_rest.ell[rows] + per_config[:, None] * fit_rest.shift[rows, 0]
         fit_rest.gamma[rows] = fit_rest.gamma[rows] + per_config[:, None] * fit_rest.shift[rows, 1]
     _apply_constants(state, table, state.const[lay.first] + delta, bound + step / margin, eps_out=eps_out, tol=tol)

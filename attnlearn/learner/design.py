@@ -9,6 +9,11 @@ configurations :math:`u_{k,j}` and links :math:`u_{k,1}+u_{k,j}`; the crosses ha
 token :math:`q_1+q_k`. :func:`draw_directions` draws every random direction first (the
 learner's random stream is fixed by the seed); :func:`build_design` scales them once the
 probe has measured the spread of the poles.
+
+With score biases (``learn(bias=True)``, :mod:`attnlearn.learner.bias`, chapter 7) the table has
+one more block (final token :math:`q_{d+1}`, stored last) and the crosses' final token is the
+midpoint :math:`(q_1+q_k)/2` (``ConfigTable.mid``): :math:`W_hq+c_h` is affine in :math:`q`, so
+it is additive only over weights that sum to 1.
 """
 
 from collections.abc import Sequence
@@ -85,19 +90,25 @@ def unit_rows(rng, n, d):
 
 @dataclass
 class Directions:
-    """The design's random directions, before scaling: ``q`` (d, d) rows :math:`q_k`,
-    ``base`` (d, d, d) :math:`u_{k,j}`, ``cross`` (d - 1, d) the crosses' :math:`u`."""
+    """The design's random directions, before scaling: ``q`` (B, d) rows :math:`q_k`,
+    ``base`` (B, d, d) :math:`u_{k,j}`, ``cross`` (B - 1, d) the crosses' :math:`u` (B = d
+    blocks, d + 1 with score biases)."""
 
     q: np.ndarray
     base: np.ndarray
     cross: np.ndarray
 
 
-def draw_directions(rng, d):
-    """Draw every direction of the design from ``rng`` (in this order: q, base, cross)."""
+def draw_directions(rng, d, *, bias=False):
+    """Draw every direction of the design from ``rng`` (in this order: q, base, cross); with
+    ``bias`` (one more block, chapter 7) the extra block's q, base and cross are drawn after them."""
     q = unit_rows(rng, d, d)
     base = unit_rows(rng, d * d, d).reshape(d, d, d)
     cross = unit_rows(rng, max(d - 1, 0), d)
+    if bias:
+        q, base, cross = (np.concatenate([q, unit_rows(rng, 1, d)]),
+                          np.concatenate([base, unit_rows(rng, d, d)[None]]),
+                          np.concatenate([cross, unit_rows(rng, 1, d)]))
     return Directions(q, base, cross)
 
 
@@ -135,21 +146,24 @@ def scale_cross_u(directions, qsum, f):
 class ConfigTable:
     """The design's configuration table and its layout (DESIGN §4.4), by arithmetic.
 
-    Block by block (k = 0..d-1): base (k, j) for j = 0..d-1 at ``k(2d-1)+j``, then link
-    (k, j) for j = 1..d-1 at ``k(2d-1)+d+j-1``; then cross k (k = 1..d-1) at
-    ``d(2d-1)+k-1``. ``table[kind, k, j]`` is a position; ``kind``, ``blk``, ``jj`` hold
+    Block by block (k = 0..B-1, B = d blocks): base (k, j) for j = 0..d-1 at ``k(2d-1)+j``,
+    then link (k, j) for j = 1..d-1 at ``k(2d-1)+d+j-1``; then cross k (k = 1..B-1) at
+    ``B(2d-1)+k-1``. ``table[kind, k, j]`` is a position; ``kind``, ``blk``, ``jj`` hold
     every row's kind, block and j (0 for crosses), ``qidx`` its final token's row in
-    ``[Q^T; q_1 + q_k]``."""
+    ``[Q^T; mid (q_1 + q_k)]``. With ``bias`` (score biases, :mod:`~.bias`) there are
+    :math:`B=d+1` blocks and the crosses' final tokens are midpoints, ``mid`` = 1/2 (else 1)."""
 
-    def __init__(self, d):
+    def __init__(self, d, *, bias=False):
         self.d = d
+        self.B = B = d + 1 if bias else d
+        self.mid = 0.5 if bias else 1
         self.per_block = pb = 2 * d - 1
         self.kind = np.array(["base", "link", "cross"])[
-            np.r_[np.tile(np.r_[np.zeros(d, int), np.ones(d - 1, int)], d), np.full(d - 1, 2)]]
-        self.blk = np.concatenate([np.repeat(np.arange(d), pb), np.arange(1, d)])
-        self.jj = np.concatenate([np.tile(np.r_[np.arange(d), np.arange(1, d)], d), np.zeros(d - 1, dtype=int)])
-        self.C = d * pb + d - 1
-        self.qidx = np.where(self.kind == "cross", d + self.blk - 1, self.blk)
+            np.r_[np.tile(np.r_[np.zeros(d, int), np.ones(d - 1, int)], B), np.full(B - 1, 2)]]
+        self.blk = np.concatenate([np.repeat(np.arange(B), pb), np.arange(1, B)])
+        self.jj = np.concatenate([np.tile(np.r_[np.arange(d), np.arange(1, d)], B), np.zeros(B - 1, dtype=int)])
+        self.C = B * pb + B - 1
+        self.qidx = np.where(self.kind == "cross", B + self.blk - 1, self.blk)
 
     def __len__(self):
         return self.C
@@ -161,21 +175,21 @@ class ConfigTable:
         return np.asarray(k) * self.per_block + self.d + np.asarray(j) - 1
 
     def cross(self, k):
-        return self.d * self.per_block + np.asarray(k) - 1
+        return self.B * self.per_block + np.asarray(k) - 1
 
     def __getitem__(self, key):
         kind, k, j = key
         return int({"base": self.base, "link": self.link}[kind](k, j) if kind != "cross" else self.cross(k))
 
     def block_rows(self):
-        """(d, 2d - 1): row k holds the positions of block k's base and link configurations."""
-        return np.arange(self.d * self.per_block).reshape(self.d, self.per_block)
+        """(B, 2d - 1): row k holds the positions of block k's base and link configurations."""
+        return np.arange(self.B * self.per_block).reshape(self.B, self.per_block)
 
     def link_indices(self, blocks=None):
         """Positions of every link of ``blocks`` (default all; block by block, j = 2..d): its
         reference base (k,1), its other base (k,j), and the link (k,j) itself."""
         d = self.d
-        k = np.repeat(np.arange(d) if blocks is None else np.asarray(blocks), d - 1)
+        k = np.repeat(np.arange(self.B) if blocks is None else np.asarray(blocks), d - 1)
         j = np.tile(np.arange(1, d), len(k) // max(d - 1, 1))
         return self.base(k, 0), self.base(k, j), self.link(k, j)
 
@@ -226,13 +240,15 @@ class Design:
     table : ConfigTable
     labels : ConfigLabels
     q : list of arrays
-        :math:`q_1..q_d` (robust mode's redraws replace some).
+        :math:`q_1..q_d` (robust mode's redraws replace some); with score biases also
+        :math:`q_{d+1}`, last.
     u : array (C, d)
         The row :math:`u` of every configuration (object array in exact mode).
-    U : array (d, d, d)
+    U : array (B, d, d)
         ``U[k, j]`` = :math:`u_{k,j}`: a view of ``u``, so updates of ``U`` are updates of ``u``.
-    qtok : array (2d - 1, d)
-        Final tokens: :math:`q_k` (row k), :math:`q_1+q_k` (row d + k - 1).
+    qtok : array (2B - 1, d)
+        Final tokens: :math:`q_k` (row k), :math:`\mu(q_1+q_k)` (row B + k - 1; :math:`\mu` =
+        ``table.mid``).
     f : float
         Query scale factor (DESIGN §5).
     """
@@ -255,21 +271,25 @@ class Design:
         return self.table.qidx
 
 
-def build_design(directions, q1, u11, f, *, exact):
+def build_design(directions, q1, u11, f, *, exact, bias=False):
     r"""Scale the directions by ``f`` around the probe's :math:`q_1` and :math:`u_{1,1}` (kept
-    as asked) and lay out every configuration of DESIGN §4.4."""
+    as asked) and lay out every configuration of DESIGN §4.4 (with ``bias``: the extra block
+    and midpoint crosses, :mod:`~.bias`)."""
     conv = to_mp if exact else (lambda a: np.asarray(a, dtype=float))
-    d = len(directions.q)
-    q = [q1] + [conv(scale_q(directions.q[k], f)) for k in range(1, d)]
-    qsum = np.stack(q[1:]) + q[0] if d > 1 else np.zeros((0, d))  # final tokens q_1 + q_k of the crosses
+    d = directions.base.shape[1]
+    table = ConfigTable(d, bias=bias)
+    B = table.B
+    q = [q1] + [conv(scale_q(directions.q[k], f)) for k in range(1, B)]
+    qsum = np.stack(q[1:]) + q[0] if B > 1 else np.zeros((0, d))  # final tokens q_1 + q_k of the crosses
+    if bias:
+        qsum = qsum * table.mid  # midpoints (exact in binary arithmetic)
     cross_u = conv(scale_cross_u(directions.cross, qsum, f))
-    table = ConfigTable(d)
     u = np.empty((table.C, d), dtype=object if exact else float)
-    blocks = u[: d * table.per_block].reshape(d, table.per_block, d)
+    blocks = u[: B * table.per_block].reshape(B, table.per_block, d)
     U = blocks[:, :d]
-    U[...] = conv(scale_u(directions.base, np.arange(d), f))
+    U[...] = conv(scale_u(directions.base, np.arange(B), f))
     U[0, 0] = u11
     blocks[:, d:] = U[:, :1] + U[:, 1:]
-    u[d * table.per_block:] = cross_u
+    u[B * table.per_block:] = cross_u
     qtok = np.concatenate([np.stack(q, axis=1).T, qsum])
     return Design(table, ConfigLabels(table), q, u, U, qtok, f)

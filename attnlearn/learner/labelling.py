@@ -43,7 +43,8 @@ def scaled_err(err_ell, err_gam, sc, idx):
 
 @dataclass
 class BlockEquations:
-    r"""Every block's equations in the labels of its base (k,1), arrays (d, 2d - 1, H).
+    r"""Every block's equations in the labels of its base (k,1), arrays (B, 2d - 1, H) (B = d
+    blocks, d + 1 with score biases).
 
     Row ``j < d`` of block ``k`` is base (k, j+1) (:math:`u_{k,j}^\top w=\ell`,
     :math:`-u_{k,j}^\top v=\gamma`), row ``d + j - 1`` the link (k, j+1)
@@ -56,8 +57,8 @@ class BlockEquations:
     err_gamma: np.ndarray
 
     @classmethod
-    def empty(cls, d, H, dtype):
-        shape = (d, 2 * d - 1, H)
+    def empty(cls, d, H, dtype, *, blocks=None):
+        shape = (d if blocks is None else blocks, 2 * d - 1, H)
         return cls(np.empty(shape, dtype=dtype), np.empty(shape, dtype=dtype), np.zeros(shape), np.zeros(shape))
 
     def put(self, k, col, state, idx, heads):
@@ -82,8 +83,8 @@ def label_links(state, table, labels, *, tol, pre_links=None):
         (``tol.match_safety`` times the first-order bounds), or two pairings fit.
     """
     d, H = table.d, state.H
-    eq = BlockEquations.empty(d, H, state.ell.dtype)
-    i0 = table.base(np.arange(d), 0)
+    eq = BlockEquations.empty(d, H, state.ell.dtype, blocks=table.B)
+    i0 = table.base(np.arange(table.B), 0)
     eq.ell[:, 0], eq.gamma[:, 0] = state.ell[i0], state.gamma[i0]
     eq.err_ell[:, 0], eq.err_gamma[:, 0] = state.err_ell[i0], state.err_gamma[i0]
     if d == 1:
@@ -106,7 +107,7 @@ def label_links(state, table, labels, *, tol, pre_links=None):
 
 @dataclass
 class CrossLabels:
-    r"""The crosses' result: ``perm`` (d, H) labels block k's heads like block 1's
+    r"""The crosses' result: ``perm`` (B, H) labels block k's heads like block 1's
     (``perm[k, h]`` is block k's label of block 1's head h), ``matching`` the crosses'
     :class:`~attnlearn.matching.Matching` (None when d = 1)."""
 
@@ -126,21 +127,24 @@ def label_crosses(state, design, blocks, *, tol):
     UnmatchedHeadsError
     """
     table, H = design.table, state.H
-    d = table.d
-    perm = np.zeros((d, H), dtype=int)
+    B = table.B  # blocks: d, or d + 1 with score biases (crosses at midpoints, table.mid)
+    perm = np.zeros((B, H), dtype=int)
     perm[0] = np.arange(H)
-    if d == 1:
+    if B == 1:
         return CrossLabels(perm)
     w, v1, ew, ev1 = blocks.w, blocks.v1, blocks.err_w, blocks.err_v1
-    cr = table.cross(np.arange(1, d))
+    cr = table.cross(np.arange(1, B))
     # candidates P[r, a, b] = (u^T (w_{a,1} + w_{b,k}), -u^T v_a) for cross r (block k = r + 1)
-    ucr = design.u[cr]  # (d - 1, d)
-    P = np.empty((d - 1, H, H, 2), dtype=state.ell.dtype)
+    ucr = design.u[cr]  # (B - 1, d)
+    P = np.empty((B - 1, H, H, 2), dtype=state.ell.dtype)
     P[..., 0] = ((w[0][None, :, None, None, :] + w[1:][:, None, :, None, :]) @ ucr[:, None, None, :, None])[..., 0, 0]
     P[..., 1] = -(v1[None] @ ucr[:, :, None])[:, :, None, 0]
     a1 = np.abs(to_float(ucr)).sum(axis=1)[:, None, None]
-    pe = np.zeros((d - 1, H, H, 2))
+    pe = np.zeros((B - 1, H, H, 2))
     pe[..., 0] = a1 * (ew[0].max(axis=1)[None, :, None] + ew[1:].max(axis=2)[:, None, :])
+    if table.mid != 1:  # midpoint crosses (score biases): ell = u^T (w_{a,1} + w_{b,k}) / 2
+        P[..., 0] = P[..., 0] * table.mid
+        pe[..., 0] = pe[..., 0] * table.mid
     pe[..., 1] = a1 * ev1.max(axis=1)[None, :, None]
     O = np.stack([state.ell[cr], state.gamma[cr]], axis=2)
     sc = scales(O, tol=tol)

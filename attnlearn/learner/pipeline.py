@@ -22,14 +22,16 @@ from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
 from ..errors import IllConditionedError
 from ..model import MultiHeadAttention
-from .asking import ask_constants, ask_design, ask_probe
+from .asking import ask_constants, ask_design
+from .bias import bias_budget, learn_biased
 from .checks import check_fits, finish
 from .constants import fit_calibrated, set_constants, solve_V
-from .design import build_design, draw_directions, node_pairs, scale_factor
-from .fitting import ConfigState, collect_fits, fit_block_one, fit_probe, sample_errors
+from .design import build_design, draw_directions, node_pairs
+from .fitting import ConfigState, collect_fits, fit_block_one, sample_errors
 from .labelling import label_crosses, label_links
 from .results import Diagnostics, query_budget
 from .robust import redraw
+from .scale import find_scale
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
 from .tolerances import MAX_LENGTH, MAX_QUERIES, Tolerances
 from .verify import verify_fits
@@ -160,13 +162,15 @@ def check_cost(parts, longest, *, max_queries, max_length, n):
                          f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
 
 
-def learn_cost(d, n, *, robust, holdout):
+def learn_cost(d, n, *, robust, holdout, bias=False):
     """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
     the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7), robust mode's
     :math:`d-1` constants and the held-out queries (robust mode's redraws depend on the answers and
-    are not counted)."""
-    count, longest = query_budget(d, n)
-    parts = {"design": count, "constants": d - 1 if robust else 0, "held-out": holdout_count(holdout, n)}
+    are not counted). With ``bias`` the biased design's :math:`4nd^2+4nd-2n+1` and :math:`d`
+    constants (:func:`~.bias.bias_budget`)."""
+    count, longest = bias_budget(d, n) if bias else query_budget(d, n)
+    parts = {"design": count, "constants": (d if bias else d - 1) if robust else 0,
+             "held-out": holdout_count(holdout, n)}
     return parts, longest
 
 
@@ -186,10 +190,12 @@ class Options:
     method: str
     redraw_rounds: int
     nodes: str
+    scale: str = "probe"
+    bias: bool = False
 
 
 def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
-             redraw_rounds, max_queries, max_length):
+             redraw_rounds, max_queries, max_length, scale="probe", bias=False):
     """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults, refuse an absurd
     cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
     if (heads is None) == (max_heads is None):
@@ -219,17 +225,23 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
                 "(omit it for the default, one unit of the last digit)"
             )
     redraw_rounds = check_count(redraw_rounds, "redraw_rounds", 0)
+    if scale not in ("probe", "search"):
+        raise ValueError(f'scale must be "probe" or "search", got {scale!r}')
+    if scale == "search" and oracle.exact:
+        raise ValueError('scale="search" is a float64 mode: exact mode keeps the paper\'s count (scale="probe")')
+    bias = check_flag(bias, "bias")
     max_queries = check_count(max_queries, "max_queries")
     max_length = check_count(max_length, "max_length")
-    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout)
+    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
-                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds), tol
+                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds, scale=scale,
+                   bias=bias), tol
 
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
-          max_length=MAX_LENGTH):
+          max_length=MAX_LENGTH, scale="probe", bias=False):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -295,6 +307,20 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         Refuse, before any query, a request whose longest query (:math:`2n+1` tokens) is
         longer than this. Default :data:`~attnlearn.learner.tolerances.MAX_LENGTH` (129,
         i.e. :math:`n\le 64`).
+    scale : {"probe", "search"}, keyword-only
+        How the query scale is found (:mod:`attnlearn.learner.scale`, chapter 7): ``"probe"``
+        (default), the probe's factor clipped to :math:`[1/16,4]`; ``"search"`` (float64 only,
+        for layers much smaller than the paper's random models, such as PyTorch's default
+        initialisation), a factor up to 64 when the probe finds two or more heads, and
+        re-probes at larger scales when the probe's fit fails (:math:`2n+1` queries each,
+        reported in ``recovery.queries["scale"]``, not counted by ``max_queries``).
+    bias : bool, keyword-only
+        Learn score biases :math:`c_h` (score :math:`x_i^\top(W_hx_N+c_h)`) and an output
+        offset :math:`\beta` besides the heads, as PyTorch's ``bias=True`` adds
+        (:mod:`attnlearn.learner.bias`, chapter 7): one more block and midpoint crosses,
+        :math:`4nd^2+4nd-2n+1` design queries; ``recovery.model`` is then a scalar
+        :class:`attnlearn.layer.AttentionLayer` with ``c`` and ``b``. Default False (the
+        paper's model and design, unchanged).
 
     Returns
     -------
@@ -343,10 +369,11 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     """
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
                         method=method, robust=robust, seed=seed, output_error=output_error,
-                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length)
+                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale,
+                        bias=bias)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with working_precision(oracle):
-        return _pipeline(oracle, opt, tol)
+        return (learn_biased if opt.bias else _pipeline)(oracle, opt, tol)
 
 
 def _pipeline(oracle, opt, tol):
@@ -359,11 +386,14 @@ def _pipeline(oracle, opt, tol):
     dirs = draw_directions(rng, d)
     conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
     q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
-    c1, F11 = ask_probe(ask, q1, u11, nodes)
-    H, probe_ell = fit_probe(nodes, F11, c1, opt.n, tol=tol, output_error=opt.output_error, method=opt.method)
-    design = build_design(dirs, q1, u11, scale_factor(probe_ell, opt.spread, tol), exact=tol.exact)
+    probe = find_scale(ask, q1, u11, nodes, n=opt.n, heads_given=opt.heads_given, spread=opt.spread, rng=rng, tol=tol,
+                       output_error=opt.output_error, method=opt.method, search=opt.scale == "search")
+    c1, F11, H, probe_ell = probe.c1, probe.F11, probe.H, probe.max_abs_ell
+    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact)
     state = ConfigState.start(ask_design(ask, design, F11, nodes))
-    queries = {"design": oracle.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
+    queries = {"design": oracle.queries - start - probe.queries, "constants": 0, "redraws": 0, "holdout": 0}
+    if probe.queries:  # re-probes of the scale search (attnlearn.learner.scale), beyond the paper's count
+        queries["scale"] = probe.queries
     # ---- robust mode: block constants asked, ill-conditioned configurations redrawn
     cq, pre = None, None
     if opt.robust and d > 1:
@@ -390,7 +420,7 @@ def _pipeline(oracle, opt, tol):
                eps_out=errors.output, tol=tol)
     # ---- verification, part 1: check queries that the fits must predict (counted as held out)
     queries["holdout"] = verify_fits(ask, design, state, nodes, count=opt.holdout, eps_out=errors.output, tol=tol)
-    diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe_ell=probe_ell)
+    diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe=probe)
     # ---- labelling and solves: links label each block, crosses label the blocks
     if H == 0:
         model, estimate = _zero_function(d, opt, errors, tol), 0.0
@@ -412,14 +442,15 @@ def _pipeline(oracle, opt, tol):
                   verified=opt.holdout > 0)
 
 
-def _diagnostics(state, design, nodes, *, V, pre, calib, probe_ell):
+def _diagnostics(state, design, nodes, *, V, pre, calib, probe):
     """The :class:`~.results.Diagnostics` known once every configuration is fitted (the matchings'
     fields are filled in later, when there are heads to match)."""
     H = state.H
     return Diagnostics(
         labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
         condition=state.sens.reshape(len(state.F), -1).max(axis=1) if H else np.zeros(len(state.F)),
-        scale={"probe_max_abs_ell": probe_ell, "factor": design.f}, V=V.V,
+        scale={"probe_max_abs_ell": probe.max_abs_ell, "factor": design.f, "probe_scales": probe.scales},
+        V=V.V,
         redrawn=pre.redrawn if pre is not None else [], redrawn_blocks=pre.blocks if pre is not None else [],
         calibration=None if calib is None else calib.summary())
 

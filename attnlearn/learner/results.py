@@ -84,9 +84,10 @@ class Recovery:
 
     Attributes
     ----------
-    model : MultiHeadAttention
+    model : MultiHeadAttention or AttentionLayer
         The canonical model recovered (mpmath entries in exact mode), heads in
-        :func:`canonical` order.
+        :func:`canonical` order; with ``learn(bias=True)`` a scalar
+        :class:`attnlearn.layer.AttentionLayer` with score biases ``c`` and offset ``b``.
     heads : int
         Number of canonical heads found (possibly 0).
     queries : dict

@@ -292,12 +292,12 @@ def solve_blocks(design, eq, *, tol):
     :math:`\gamma` in block 1 only: the other blocks' v estimates are not needed, crosses
     label blocks by their w).
     """
-    d = design.table.d
+    B = design.table.B  # blocks: d, or d + 1 with score biases
     U = design.U
-    vals = np.concatenate([eq.ell, -eq.gamma[:1]])  # (d+1, 2d-1, H)
+    vals = np.concatenate([eq.ell, -eq.gamma[:1]])  # (B+1, 2d-1, H)
     errs = np.concatenate([eq.err_ell, eq.err_gamma[:1]])
-    sol, bnd = block_lstsq(np.concatenate([U, U[:1]]), vals, errs, tol=tol)  # (d+1, H, d) each
-    return BlockSolution(sol[:d], sol[d], bnd[:d], bnd[d])
+    sol, bnd = block_lstsq(np.concatenate([U, U[:1]]), vals, errs, tol=tol)  # (B+1, H, d) each
+    return BlockSolution(sol[:B], sol[B], bnd[:B], bnd[B])
 
 
 def solve_v(design, eq, perm, state, observed, *, tol):
@@ -307,15 +307,16 @@ def solve_v(design, eq, perm, state, observed, *, tol):
     d(2d-1) base and link rows of the blocks plus the d-1 crosses (their heads ``observed``),
     weighted least squares. Returns ``v`` and its componentwise error bounds, both (H, d).
     """
-    d, _, H = eq.gamma.shape
-    kk = np.arange(d)[:, None, None]
-    jj = np.arange(2 * d - 1)[None, :, None]
-    g = eq.gamma[kk, jj, perm[:, None, :]].reshape(-1, H)  # (d(2d-1), H) in block 1's labels
+    B, pb, H = eq.gamma.shape  # B blocks (d, or d + 1 with score biases), 2d - 1 rows each
+    d = design.table.d
+    kk = np.arange(B)[:, None, None]
+    jj = np.arange(pb)[None, :, None]
+    g = eq.gamma[kk, jj, perm[:, None, :]].reshape(-1, H)  # (B(2d-1), H) in block 1's labels
     eg = eq.err_gamma[kk, jj, perm[:, None, :]].reshape(-1, H)
-    cr = design.table.cross(np.arange(1, d))
+    cr = design.table.cross(np.arange(1, B))
     r_ = np.arange(len(cr))[:, None]
     gc, egc = state.gamma[cr][r_, observed], state.err_gamma[cr][r_, observed]
-    A = np.concatenate([design.u[: d * (2 * d - 1)], design.u[cr]])
+    A = np.concatenate([design.u[: B * pb], design.u[cr]])
     y, e = -np.concatenate([g, gc]), np.concatenate([eg, egc])
     rows = tol.v_rows_per_dim * d
     if y.dtype != object and len(A) > rows:

@@ -98,8 +98,22 @@ class Tolerances:
         interpolate better), 2 in float64 with the ratio nodes (they see poles on both sides
         of :math:`\ell=0`), 1 with the paper's copies (chapters 3 and 4 measure the choices).
     scale_clip : tuple of float
-        Bounds :math:`[1/16, 4]` of the query-scale factor: one probe value can be small by
-        chance, and a bounded correction avoids extreme poles.
+        Bounds :math:`[1/16, 4]` of the query-scale factor from the probe: one probe value can
+        be small by chance, and a bounded correction avoids extreme poles.
+    scale_wide : float
+        Upper bound of the factor instead of 4 when the probe finds two or more heads (float64;
+        :mod:`~.scale`): 64. Their poles crowd when the layer is small (PyTorch's default
+        initialisation at :math:`d=16` wants factors of 20-150), and the largest of two or
+        more :math:`|\ell_h|` is rarely small by chance. Measured on 20 such layers with
+        :math:`H=2` (``benchmarks/torch_layers.py``, robust+search): 20/20 recovered to
+        :math:`10^{-6}` with 32 or 64, 16/20 with 256 (a factor set by one probe overshoots).
+    scale_step : float
+        Re-probing after a failed probe fit (:mod:`~.scale`): each probe 16 times the scale of
+        the last.
+    scale_rounds : int
+        At most 3 re-probes (:math:`2n+1` queries each), at the scales 16, 256 and 4096.
+    scale_max : float
+        Largest probe scale, :math:`16^3=4096`.
     holdout : int
         Default number of held-out queries, counted apart from the paper's design (whose count
         stays exact): 8 in exact mode, 32 in float64. The first of them are check queries
@@ -180,6 +194,10 @@ class Tolerances:
     spread_ratios: float = 2.0
     spread_copies: float = 1.0
     scale_clip: tuple = (1 / 16, 4)
+    scale_wide: float = 64.0
+    scale_step: float = 16.0
+    scale_rounds: int = 3
+    scale_max: float = 4096.0
     holdout: int = 32
     check_configs: int = 4
     check_safety: float = 10.0

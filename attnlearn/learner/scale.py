@@ -1,0 +1,128 @@
+r"""Finding the query scale from what the probe observes (DESIGN §5; issue 14).
+
+Used in: chapter 4 (the query scale of the design) and chapter 7 (PyTorch's small default
+initialisation).
+
+The poles of a configuration sit at :math:`-1/\rho_h`, :math:`\rho_h=e^{\ell_h}`,
+:math:`\ell_h=u^\top W_hq`; the learner wants them spread about ``spread``
+(:math:`\max_h|\ell_h|\approx` ``spread``). The probe configuration base(1,1) (:math:`|u|,|q_1|
+\approx1`) measures :math:`\max_h|\ell_h|` and the design is scaled by
+:math:`f=\mathrm{spread}/\max_h|\ell_h|`.
+
+A single probe at unit scale and a factor clipped to :math:`[1/16,4]` (the rule of
+``learn(scale="probe")``) cannot serve a layer whose :math:`\ell` are tiny: PyTorch's default
+initialisation gives :math:`\max|\ell|` of 0.001-0.08 at :math:`d=16`, the poles crowd at
+:math:`-1`, and with :math:`H=4` the probe's own fit fails in float64. ``scale="search"``
+changes the rule in two places:
+
+* **a wide factor when the poles can crowd.** When the probe finds :math:`H'\ge2` heads the
+  factor may reach ``tol.scale_wide`` (64) instead of 4. One head cannot crowd, and a single
+  :math:`|\ell|` is small by chance far more often than the largest of two or more (a factor set
+  by a chance-small one throws the typical configuration's poles far out): with
+  :math:`H'\le1` the old clip stays.
+* **re-probing when the probe's poles crowd**: its fit fails (a
+  :class:`~attnlearn.errors.RecoveryError`) or, with ``heads=n`` given, it finds fewer than
+  :math:`n` heads (two poles closer than the arithmetic resolves look like one): a fresh final token :math:`q_1` (unit scale; its shared query asked again)
+  and a fresh :math:`u` at 16 times the scale (``tol.scale_step``; :math:`\ell` grows with
+  :math:`|u|`, exactly), at most ``tol.scale_rounds`` times and never beyond
+  ``tol.scale_max``; when none fits the last failure is raised, and when every probe finds
+  fewer heads the last one is kept (a model with merged heads costs the re-probes, no more). A fresh :math:`q_1` because two
+  heads with nearly equal :math:`W_hq_1` crowd every configuration of block 1, which robust
+  mode's redraws cannot replace. The probe that fits is the design's base(1,1) and its shared
+  query the design's (both part of the paper's count :math:`4nd^2-2n+1`); each failed probe
+  costs :math:`2n+1` queries, reported in ``recovery.queries["scale"]``.
+
+``learn``'s default stays ``scale="probe"``: the paper's random models at :math:`d=16` have
+:math:`\ell` only about 8 times PyTorch's default (standard deviation :math:`1/\sqrt d` against
+about :math:`1/(2d)`), so any rule that widens the factor for the latter also changes runs of
+the former, and measured on chapter 4's frontier the wide factor moved the paper budget's
+median at :math:`(d,H)=(8,2)` from below :math:`10^{-6}` to :math:`4\cdot10^{-6}`. Exact mode
+always keeps the old rule (its digits resolve crowded poles, and the count stays exactly the
+paper's, claim C6).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import RecoveryError
+from .asking import ask_nodes, ask_probe
+from .design import unit_rows
+from .fitting import fit_probe
+
+__all__ = ["Probe", "find_scale"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    r"""What the scale search leaves to the design.
+
+    Attributes
+    ----------
+    c1 : number
+        :math:`c_1=V^\top q_1`, the shared query's answer.
+    q1 : array (d,)
+        The design's first final token :math:`q_1` (the last probe's).
+    F11 : array (1, 2n)
+        The last probe's samples: the design's configuration base(1,1).
+    u11 : array (d,)
+        Its :math:`u` (as asked).
+    H : int
+        Canonical head count of the last probe's fit.
+    max_abs_ell : float
+        Its :math:`\max_h|\ell_h|`.
+    f : float
+        The design's scale factor.
+    scales : list of float
+        The scale :math:`s` of every probe, in order (``[1.0]`` without re-probing).
+    queries : int
+        Queries of the probes before the last (0 without re-probing).
+    """
+
+    c1: object
+    q1: np.ndarray
+    F11: np.ndarray
+    u11: np.ndarray
+    H: int
+    max_abs_ell: float
+    f: float
+    scales: list
+    queries: int
+
+
+def find_scale(ask, q1, u11, nodes, *, n, heads_given, spread, rng, tol, output_error, method, search):
+    r"""Ask the shared query and the probe; with ``search``, re-probe at larger scales while the
+    probe's fit fails and allow a wide factor (module docstring). Returns the :class:`Probe`.
+
+    ``q1`` and ``u11`` are the first probe's final token and direction (unit scale); ``rng`` draws
+    the fresh ones of the re-probes.
+
+    Raises
+    ------
+    RecoveryError
+        The last probe's fit fails (after the allowed re-probes).
+
+    Used in: chapter 4 (``scale="probe"``, every run) and chapter 7 (``scale="search"``).
+    """
+    c1, F11 = ask_probe(ask, q1, u11, nodes)
+    s, scales, extra = 1.0, [1.0], 0
+    while True:
+        try:
+            H, ell = fit_probe(nodes, F11, c1, n, tol=tol, output_error=output_error, method=method)
+            failure = None
+        except RecoveryError as exc:
+            failure = exc
+        crowded = failure is not None or (heads_given and H < n)
+        if not (search and crowded) or len(scales) > tol.scale_rounds or s >= tol.scale_max:
+            break
+        s = min(s * tol.scale_step, tol.scale_max)
+        extra += 1 + nodes.m
+        q1, u11 = unit_rows(rng, 2, len(q1)) * [[1.0], [s]]
+        c1, F11 = ask_probe(ask, q1, u11, nodes)
+        scales.append(s)
+    if failure is not None:
+        raise failure
+    top = tol.scale_wide if search and H >= 2 else tol.scale_clip[1]
+    f = s * spread / ell if ell > 0 else s
+    f = float(np.clip(f, tol.scale_clip[0], top * s))
+    return Probe(c1, q1, F11, u11, H, ell, f, scales, extra)

@@ -1,0 +1,158 @@
+"""Benchmark: learning PyTorch nn.MultiheadAttention layers (issue 14; chapter 7). A script, not a test.
+
+    python benchmarks/torch_layers.py                     # float64, default init, d = 16, 20 models, H = 1, 2, 4
+    python benchmarks/torch_layers.py --models 5 --heads 1 2 --d 8   # a quicker row
+    python benchmarks/torch_layers.py --dtype float32     # float32 modules (output_error from the module)
+    python benchmarks/torch_layers.py --vector            # readout=None: value-output maps, H = 2, d = 8
+    python benchmarks/torch_layers.py --bias drawn --heads 1 2   # bias=True, biases drawn N(0, 1), learn(bias=True)
+
+Every model is ``torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True)`` with PyTorch's
+default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a random
+:math:`r` (``numpy`` seed ``i``); learned by :func:`attnlearn.learn` through
+:class:`attnlearn.torch.TorchOracle` in four modes: ``default`` (``learn``'s defaults), ``search``
+(``scale="search"``, :mod:`attnlearn.learner.scale`), ``robust`` (``robust=True``) and
+``robust+search`` (both); scored
+with :func:`attnlearn.param_error` against ``canonical(from_torch(module, readout=r))``.
+
+With ``--bias default`` the modules have ``bias=True`` and PyTorch's initial biases (zero), with
+``--bias drawn`` biases drawn from N(0, 1) after the initialisation (as chapter 7 does, so that
+they matter); both are learned by ``learn(bias=True)`` (:mod:`attnlearn.learner.bias`) and scored
+with :func:`attnlearn.learner.bias.bias_error` against ``from_torch(module, readout=r)``.
+
+Columns: ``recovered`` (share of the models whose relative parameter error is at most the row's
+target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (over the returns),
+``queries`` (median of the total, held-out included), ``raised`` (a ``RecoveryError``),
+``silent`` (a return whose error exceeds 10 times its ``error_estimate``: must be 0).
+"""
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from attnlearn import RecoveryError, canonical, learn, param_error
+from attnlearn.learner.bias import bias_error
+from attnlearn.torch import TorchOracle, from_torch
+
+
+def target(H, dtype):
+    if dtype == "float32":
+        return 1e-3
+    return 1e-6 if H <= 2 else 1e-4
+
+
+MODES = {"default": {}, "search": {"scale": "search"}, "robust": {"robust": True},
+         "robust+search": {"robust": True, "scale": "search"},
+         "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16}}
+
+
+def run(d, H, i, *, mode, dtype, bias="none"):
+    torch.manual_seed(1000 * H + i)
+    module = torch.nn.MultiheadAttention(d, H, bias=bias != "none", batch_first=True,
+                                         dtype=getattr(torch, dtype)).eval()
+    if bias == "drawn":
+        with torch.no_grad():
+            module.in_proj_bias.normal_()
+            module.out_proj.bias.normal_()
+    r = np.random.default_rng(i).normal(size=d)
+    oracle = TorchOracle(module, readout=r)
+    kw = dict(MODES[mode])
+    if dtype == "float32":
+        kw["output_error"] = oracle.error_bound(seed=i)  # tokens up to norm 8 (scale="probe")
+    if bias != "none":
+        kw["bias"] = True
+        truth = from_torch(module, readout=r)
+    else:
+        truth = canonical(from_torch(module, readout=r))
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            rec = learn(oracle, d, heads=H, seed=i, **kw)
+    except RecoveryError as exc:
+        return {"raised": type(exc).__name__, "queries": oracle.queries}
+    err = bias_error(rec.model, truth) if bias != "none" else param_error(rec.model, truth)
+    return {"error": err, "estimate": rec.error_estimate, "queries": rec.queries["total"],
+            "factor": rec.diagnostics.scale["factor"]}
+
+
+def row(d, H, models, *, mode, dtype, bias="none"):
+    runs = [run(d, H, i, mode=mode, dtype=dtype, bias=bias) for i in range(models)]
+    ret = [r for r in runs if "error" in r]
+    errs = [r["error"] for r in ret]
+    good = sum(e <= target(H, dtype) for e in errs)
+    silent = sum(r["error"] > 10 * r["estimate"] for r in ret)
+    raised = len(runs) - len(ret)
+    med = f"{np.median(errs):.1e}" if errs else "-"
+    q = int(np.median([r["queries"] for r in runs]))
+    return (f"| {models} | {H} | {mode} | {good}/{models} to {target(H, dtype):.0e} "
+            f"| {med} | {q} | {raised} | {silent} |")
+
+
+def vector_row(d, H, models, *, mode):
+    """learn_vector on readout=None vs learn on the same read-out r with the same random stream:
+    the maps' error (layer_error against from_torch) and both query counts."""
+    from attnlearn.layer import layer_error
+    from attnlearn.vector import learn_vector
+
+    good = silent = raised = 0
+    errs, more = [], 0
+    for i in range(models):
+        torch.manual_seed(500 + i)
+        module = torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True, dtype=torch.float64).eval()
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                rec = learn_vector(TorchOracle(module), d, heads=H, seed=i, **MODES[mode])
+                rng = np.random.default_rng(i)
+                rng.normal(size=d)  # the read-out, drawn first by learn_vector
+                scalar = learn(TorchOracle(module, readout=rec.readout), d, heads=H, seed=rng, **MODES[mode])
+        except RecoveryError:
+            raised += 1
+            continue
+        err = layer_error(rec.model, from_torch(module))
+        errs.append(err)
+        good += err <= 1e-6
+        silent += err > 10 * rec.error_estimate
+        more += rec.queries["total"] > scalar.queries["total"]
+    med = f"{np.median(errs):.1e}" if errs else "-"
+    return (f"| {models} | {H} | {mode} | {good}/{models} to 1e-06 | {med} | {raised} | {silent} | "
+            f"{more} of {len(errs)} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--d", type=int, default=16)
+    ap.add_argument("--models", type=int, default=20)
+    ap.add_argument("--heads", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    ap.add_argument("--vector", action="store_true", help="value-output maps (readout=None), default d = 8, H = 2")
+    ap.add_argument("--bias", choices=["none", "default", "drawn"], default="none",
+                    help="bias=True modules (PyTorch's zero biases, or drawn N(0, 1)), learn(bias=True)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.vector:
+        d = 8 if args.d == 16 else args.d
+        print(f"d = {d}, float64 modules, readout=None: every head's map A_h (d x d) learned by learn_vector\n")
+        print("| models | heads | learn | maps recovered | median error | raised | silent | more queries than scalar |")
+        print("|---|---|---|---|---|---|---|---|")
+        for H in ([2] if args.heads == [1, 2, 4] else args.heads):
+            for mode in args.modes:
+                print(vector_row(d, H, args.models, mode=mode), flush=True)
+        return
+    what = {"none": "bias=False", "default": "bias=True (PyTorch's zero biases), learn(bias=True)",
+            "drawn": "bias=True, biases drawn N(0, 1), learn(bias=True)"}[args.bias]
+    print(f"d = {args.d}, {args.dtype} modules, PyTorch default initialisation, {what}\n")
+    print("| models | heads | learn | recovered | median error | queries | raised | silent |")
+    print("|---|---|---|---|---|---|---|---|")
+    t0 = time.perf_counter()
+    for H in args.heads:
+        for mode in args.modes:
+            print(row(args.d, H, args.models, mode=mode, dtype=args.dtype, bias=args.bias), flush=True)
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

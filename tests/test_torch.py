@@ -1,0 +1,203 @@
+"""attnlearn.torch: a PyTorch nn.MultiheadAttention as an oracle and as an attnlearn model."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnlearn import MultiHeadAttention, Oracle, learn, param_error, canonical  # noqa: E402
+from attnlearn.layer import AttentionLayer  # noqa: E402
+from attnlearn.learner.pipeline import holdout_count  # noqa: E402
+from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError  # noqa: E402
+from attnlearn.torch import TorchOracle, from_torch, module_parameters  # noqa: E402
+
+
+def layer(d, H, *, bias=False, batch_first=True, dtype=torch.float64, seed=0, bias_scale=1.0):
+    """A default-initialised layer (PyTorch's in_proj biases start at 0: drawn here when ``bias``)."""
+    torch.manual_seed(seed)
+    m = torch.nn.MultiheadAttention(d, H, bias=bias, batch_first=batch_first, dtype=dtype)
+    if bias:
+        with torch.no_grad():
+            m.in_proj_bias.normal_(0, bias_scale)
+            m.out_proj.bias.normal_(0, bias_scale)
+    return m.eval()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_from_torch_agrees_with_the_module(bias, batch_first):
+    m = layer(8, 2, bias=bias, batch_first=batch_first, seed=3)
+    r = np.random.default_rng(1).normal(size=8)
+    rng = np.random.default_rng(2)
+    for readout in (r, None):
+        truth, oracle = from_torch(m, readout=readout), TorchOracle(m, readout=readout)
+        for N in range(1, 10):
+            Xs = rng.normal(size=(4, N, 8))
+            y, yhat = oracle.batch(Xs), truth.batch(Xs)
+            assert y.shape == ((4,) if readout is not None else (4, 8)) == yhat.shape
+            assert np.max(np.abs(y - yhat)) <= 1e-12 * max(1.0, np.max(np.abs(y)))
+    assert isinstance(from_torch(m, readout=r), AttentionLayer if bias else MultiHeadAttention)
+    assert oracle.queries == 4 * 9
+
+
+def test_ground_truth_formula_by_hand():
+    """W_h = W_k,h^T W_q,h / sqrt(p) and v_h = W_v,h^T W_o,h^T r, head by head."""
+    m = layer(6, 3, seed=1)
+    P, r = module_parameters(m), np.arange(6.0) - 2
+    truth = from_torch(m, readout=r)
+    for h in range(3):
+        s = slice(2 * h, 2 * h + 2)
+        np.testing.assert_allclose(truth.W[h], P["Wk"][s].T @ P["Wq"][s] / np.sqrt(2), rtol=1e-14)
+        np.testing.assert_allclose(truth.v[h], P["Wv"][s].T @ P["Wo"][:, s].T @ r, rtol=1e-12, atol=1e-15)
+    assert P["bq"] is None and P["bo"] is None
+
+
+def test_key_bias_cancels_and_biases_give_c_and_offset():
+    m = layer(4, 2, bias=True, seed=5)
+    P, lay = module_parameters(m), from_torch(m)
+    np.testing.assert_allclose(lay.c[1], P["Wk"][2:].T @ P["bq"][2:] / np.sqrt(2), rtol=1e-13)
+    np.testing.assert_allclose(lay.b, P["Wo"] @ P["bv"] + P["bo"], rtol=1e-13)
+    before = TorchOracle(m).batch(np.ones((1, 3, 4)))
+    with torch.no_grad():
+        m.in_proj_bias[4:8] += 7.0  # the key bias: the same number added to every score of a head
+    np.testing.assert_allclose(TorchOracle(m).batch(np.ones((1, 3, 4))), before, rtol=1e-13)
+
+
+def test_float32_module_and_its_float64_answers():
+    m = layer(8, 2, dtype=torch.float32, seed=0)
+    y = TorchOracle(m, readout=np.ones(8)).batch(np.random.default_rng(0).normal(size=(3, 4, 8)))
+    assert y.dtype == np.float64 and y.shape == (3,)
+    assert TorchOracle(m, readout=np.ones(8)).dtype == torch.float32
+
+
+def test_learn_reads_a_default_layer_through_the_oracle():
+    m = layer(4, 1, seed=0)
+    r = np.random.default_rng(0).normal(size=4)
+    rec = learn(TorchOracle(m, readout=r), 4, heads=1)
+    assert param_error(rec.model, canonical(from_torch(m, readout=r))) <= max(rec.error_estimate, 1e-12)
+
+
+def test_vector_oracle_refused_by_a_scalar_learner_and_checked_by_a_vector_access():
+    m = layer(4, 2, seed=0)
+    with pytest.raises(TypeError, match=r"returns 4 numbers per query \(\.outputs = 4\).*readout=r"):
+        learn(TorchOracle(m), 4, heads=2)
+    acc = Access(TorchOracle(m), 4, vector=True)
+    assert acc(np.ones((2, 3, 4))).shape == (2, 4) and acc.queries == 2 and acc.outputs == 4
+
+    class Short(TorchOracle):
+        def batch(self, Xs):
+            return super().batch(Xs)[:, :3]
+
+    with pytest.raises(OracleAnswerError, match=r"shape \(2, 3\) for a query: expected \(2, 4\), 4 numbers"):
+        Access(Short(m), 4, vector=True)(np.ones((2, 3, 4)))
+
+    class Bad:
+        d, exact, dps, outputs = 4, False, None, 0
+        batch = len
+
+    with pytest.raises(OracleProtocolError, match=r"\.outputs must be None or a positive integer, got 0"):
+        Access(Bad(), 4, vector=True)
+
+
+def test_bad_modules_and_readouts_are_refused():
+    with pytest.raises(TypeError, match=r"module must be a torch\.nn\.MultiheadAttention, got Linear"):
+        TorchOracle(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"add_bias_kv=True and add_zero_attn=True"):
+        from_torch(torch.nn.MultiheadAttention(4, 2, add_bias_kv=True))
+    with pytest.raises(ValueError, match=r"kdim and vdim must equal embed_dim"):
+        TorchOracle(torch.nn.MultiheadAttention(4, 2, kdim=3, vdim=3))
+    with pytest.raises(ValueError, match=r"training mode with dropout = 0\.1: call module\.eval\(\)"):
+        TorchOracle(torch.nn.MultiheadAttention(4, 2, dropout=0.1))
+    m = layer(4, 2)
+    with pytest.raises(ValueError, match=r"readout must have shape \(4,\) \(the module's embed_dim\), got \(3,\)"):
+        TorchOracle(m, readout=np.ones(3))
+    with pytest.raises(TypeError, match=r"readout must be a real vector of length 4 or None"):
+        from_torch(m, readout=["a"] * 4)
+    with pytest.raises(ValueError, match=r"readout must be finite"):
+        from_torch(m, readout=[np.nan, 0, 0, 0])
+
+
+def test_attention_layer_readout_heads_and_exact_mode():
+    m = layer(4, 2, bias=True, seed=2)
+    lay, r = from_torch(m), np.array([1.0, -2.0, 0.5, 3.0])
+    Xs = np.random.default_rng(0).normal(size=(3, 5, 4))
+    np.testing.assert_allclose(lay.readout(r).batch(Xs), lay.batch(Xs) @ r, rtol=1e-13)
+    exact = Oracle(lay.readout(r), precision=30).batch(Xs)
+    np.testing.assert_allclose(np.array(exact, dtype=float), lay.readout(r).batch(Xs), rtol=1e-13)
+    with pytest.raises(ValueError, match=r"score biases or an offset, which the paper's model cannot express"):
+        lay.readout(r).heads()
+    with pytest.raises(ValueError, match=r"a vector layer has no single v_h; take \.readout\(r\) first"):
+        lay.heads()
+    with pytest.raises(ValueError, match=r"already scalar"):
+        lay.readout(r).readout(r)
+    with pytest.raises(ValueError, match=r"A must have shape \(H, k, d\) or \(H, d\) with H = 2, d = 4"):
+        AttentionLayer(lay.W, np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"c must have shape \(H, d\) = \(2, 4\)"):
+        AttentionLayer(lay.W, lay.A, c=np.ones(4))
+    with pytest.raises(ValueError, match=r"b must have shape \(4,\)"):
+        AttentionLayer(lay.W, lay.A, b=1.0)
+
+
+def test_error_bound_measures_the_float32_arithmetic():
+    m32 = layer(8, 2, dtype=torch.float32, seed=1)
+    oracle = TorchOracle(m32, readout=np.ones(8))
+    bound = oracle.error_bound(max_length=3, per_length=16)
+    assert oracle.queries == 0  # a calibration, not the learner's queries
+    truth = from_torch(m32, readout=np.ones(8))  # the same layer in float64
+    Xs = np.random.default_rng(5).normal(size=(50, 3, 8))
+    Xs *= 6 / np.linalg.norm(Xs, axis=2, keepdims=True)
+    err = np.abs(oracle.batch(Xs) - truth.batch(Xs)).max()
+    assert 1e-8 < err <= bound <= 1e-4  # float32's own error, measured, and covered
+    assert oracle.error_bound(max_norm=64, max_length=3, per_length=16) > 10 * bound  # grows faster than the norm
+    f64 = TorchOracle(layer(8, 2, seed=1), readout=np.ones(8)).error_bound(max_length=3, per_length=16)
+    assert f64 < 1e-12
+    with pytest.raises(ValueError, match=r"max_norm must be a positive finite number, got 0"):
+        oracle.error_bound(max_norm=0)
+    with pytest.raises(ValueError, match=r"max_length must be a positive integer, got 2\.0"):
+        oracle.error_bound(max_length=2.0)
+
+
+def test_exact_mode_reads_a_default_layer_through_from_torch():
+    import mpmath
+
+    m = layer(4, 2, seed=2)  # PyTorch's small default initialisation: exact mode needs no search
+    truth = from_torch(m, readout=np.random.default_rng(0).normal(size=4))
+    with mpmath.workdps(40):
+        rec = learn(Oracle(truth, precision=40), 4, heads=2)
+        assert rec.queries["design"] == 4 * 2 * 16 - 4 + 1  # the paper's count exactly
+        # exact mode's default verification (8: 4 check queries, then one held-out query of every length
+        # up to 5), counted apart from the design
+        assert rec.queries["holdout"] == holdout_count(8, 2) == 4 + 5 and rec.verified
+        assert rec.queries["total"] == rec.queries["design"] + rec.queries["holdout"]
+        assert param_error(rec.model, canonical(truth.to_mpmath())) <= 1e-25
+
+
+@pytest.mark.parametrize("drawn", [False, True])
+def test_biased_layers_learned_with_bias_true(drawn):
+    """bias=True: PyTorch's zero initial biases, or biases drawn N(0, 1); float64 through the
+    module (robust mode) and exact through from_torch at 40 digits."""
+    import mpmath
+
+    from attnlearn.learner.bias import bias_budget, bias_error
+
+    torch.manual_seed(4)
+    m = torch.nn.MultiheadAttention(4, 2, bias=True, batch_first=True, dtype=torch.float64).eval()
+    if drawn:
+        with torch.no_grad():
+            m.in_proj_bias.normal_()
+            m.out_proj.bias.normal_()
+    r = np.random.default_rng(0).normal(size=4)
+    truth = from_torch(m, readout=r)
+    rec = learn(TorchOracle(m, readout=r), 4, heads=2, bias=True, robust=True, seed=1)
+    assert bias_error(rec.model, truth) <= min(10 * rec.error_estimate, 1e-6) and rec.verified
+
+    class Exact:  # the float64 layer read exactly (mpmath at 40 digits)
+        d, exact, dps = 4, True, 40
+
+        def batch(self, Xs):
+            return truth.to_mpmath().batch(Xs)
+
+    with mpmath.workdps(40):
+        rec = learn(Exact(), 4, heads=2, bias=True)
+        assert bias_error(rec.model, truth) <= 1e-20
+    assert rec.queries["design"] == bias_budget(4, 2)[0] == 4 * 2 * 16 + 4 * 2 * 4 - 4 + 1
