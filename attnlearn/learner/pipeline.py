@@ -28,6 +28,7 @@ from .constants import fit_calibrated, set_constants, solve_V
 from .design import build_design, draw_directions, node_pairs, scale_factor
 from .fitting import ConfigState, collect_fits, fit_block_one, fit_probe, sample_errors
 from .labelling import label_crosses, label_links
+from .lean import lean_budget, learn_lean
 from .results import Diagnostics, query_budget
 from .robust import redraw
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
@@ -155,12 +156,13 @@ def check_cost(parts, longest, *, max_queries, max_length, n):
                          f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
 
 
-def learn_cost(d, n, *, robust, holdout):
+def learn_cost(d, n, *, robust, holdout, design="paper"):
     """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
-    the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7), robust mode's
+    the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7; with
+    ``design="lean"`` at most :math:`n(d^2+d)+2d-1`, :func:`~.lean.lean_budget`), robust mode's
     :math:`d-1` constants and the held-out queries (robust mode's redraws depend on the answers and
     are not counted)."""
-    count, longest = query_budget(d, n)
+    count, longest = lean_budget(d, n) if design == "lean" else query_budget(d, n)
     parts = {"design": count, "constants": d - 1 if robust else 0, "held-out": holdout_count(holdout, n)}
     return parts, longest
 
@@ -181,10 +183,14 @@ class Options:
     method: str
     redraw_rounds: int
     nodes: str
+    design: str = "paper"
+
+
+DESIGNS = ("paper", "lean")
 
 
 def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
-             redraw_rounds, max_queries, max_length):
+             redraw_rounds, max_queries, max_length, design="paper"):
     """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults, refuse an absurd
     cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
     if (heads is None) == (max_heads is None):
@@ -192,6 +198,12 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
     d = check_oracle(oracle, d)
     tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
+    if not isinstance(design, str) or design not in DESIGNS:
+        raise ValueError(f'design must be "paper" or "lean", got {design!r}')
+    if design == "lean" and not oracle.exact:
+        raise ValueError('design="lean" needs an exact-mode oracle (float64 is not implemented for it yet)')
+    if design == "lean" and nodes is not None:
+        raise ValueError('nodes is an option of design="paper"; design="lean" chooses its own nodes')
     if method not in ("linearised", "loewner"):
         raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
     robust = check_flag(robust, "robust")
@@ -216,15 +228,16 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     redraw_rounds = check_count(redraw_rounds, "redraw_rounds", 0)
     max_queries = check_count(max_queries, "max_queries")
     max_length = check_count(max_length, "max_length")
-    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout)
+    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, design=design)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
-                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds), tol
+                   nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds,
+                   design=design), tol
 
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
-          max_length=MAX_LENGTH):
+          max_length=MAX_LENGTH, design="paper"):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -286,6 +299,12 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         Refuse, before any query, a request whose longest query (:math:`2n+1` tokens) is
         longer than this. Default :data:`~attnlearn.learner.tolerances.MAX_LENGTH` (129,
         i.e. :math:`n\le 64`).
+    design : {"paper", "lean"}, keyword-only
+        The query design: the paper's :math:`4nd^2-2n+1` queries (the default, claims C6, C7)
+        or the lean design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most
+        (:math:`d^2+d+1` for one head), longest :math:`2n+1`, exact mode only
+        (:func:`attnlearn.learner.lean.learn_lean`). ``nodes`` and ``robust`` are the paper
+        design's options.
 
     Returns
     -------
@@ -334,10 +353,11 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     """
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
                         method=method, robust=robust, seed=seed, output_error=output_error,
-                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length)
+                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length,
+                        design=design)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with working_precision(oracle):
-        return _pipeline(oracle, opt, tol)
+        return learn_lean(oracle, opt, tol) if opt.design == "lean" else _pipeline(oracle, opt, tol)
 
 
 def _pipeline(oracle, opt, tol):
