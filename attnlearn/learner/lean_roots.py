@@ -217,18 +217,23 @@ def _newton_float(f, x, iters=8):
 
 
 def _polish_mp(gamma, tau, G, x0, tol):
-    r"""Newton's method on :math:`\sum_h\gamma_h/(1+\rho_h\tau_i)-G_i` in mpmath (complex) from
-    ``x0``; returns the root (list of mpc) or None when it does not converge to ``tol``."""
+    r"""Newton's method on the cleared system :math:`f(\rho)` (the polynomial form: a root near a
+    pole :math:`\rho_h=-1/\tau_i` of the rational form is as well conditioned as any other)
+    in mpmath (complex) from ``x0``; returns the root (list of mpc) or None when it does not
+    converge to ``tol``."""
     m = len(gamma)
     x = [mpmath.mpc(complex(c)) for c in x0]
+    one = mpmath.mpf(1)
     for it in range(60):
-        A = [[1 + x[h] * tau[i] for h in range(m)] for i in range(m)]
-        if any(a == 0 for row in A for a in row):
-            return None
-        F = mpmath.matrix([mpmath.fsum(gamma[h] / A[i][h] for h in range(m)) - G[i] for i in range(m)])
-        J = mpmath.matrix([[-gamma[h] * tau[i] / A[i][h] ** 2 for h in range(m)] for i in range(m)])
+        A = [[1 + x[k] * tau[i] for k in range(m)] for i in range(m)]
+        F, J = [], []
+        for i in range(m):
+            but = [_mp_product(A[i], (k,), one) for k in range(m)]
+            F.append(mpmath.fsum(gamma[h] * but[h] for h in range(m)) - G[i] * but[0] * A[i][0])
+            J.append([tau[i] * (mpmath.fsum(gamma[h] * _mp_product(A[i], (h, k), one) for h in range(m) if h != k)
+                                - G[i] * but[k]) for k in range(m)])
         try:
-            dx = mpmath.lu_solve(J, F)
+            dx = mpmath.lu_solve(mpmath.matrix(J), mpmath.matrix(F))
         except ZeroDivisionError:
             return None
         x = [x[h] - dx[h] for h in range(m)]
@@ -237,6 +242,15 @@ def _polish_mp(gamma, tau, G, x0, tol):
         if step <= tol * max(size, 1):
             return x
     return None
+
+
+def _mp_product(row, skip, one):
+    """The product of ``row``'s entries but those in ``skip``."""
+    out = one
+    for k, c in enumerate(row):
+        if k not in skip:
+            out = out * c
+    return out
 
 
 def complete_roots(gamma, tau, G, *, rng, label="a configuration"):

@@ -1,0 +1,125 @@
+"""Benchmark of learn(..., design="lean") (a script, not a test; issue 15's acceptance grid).
+
+    python benchmarks/lean.py                         # the grid: d in {2,3,4,6} x H in {1..4}, 10 models each
+    python benchmarks/lean.py --d 6 --H 4             # one cell (the timing target: < 30 s per model)
+    python benchmarks/lean.py --degenerate            # merged, zero-sum, zero-v and equal-v models
+    python benchmarks/lean.py --json out.json         # ... and save every run
+
+Exact mode at 50 digits. Per model: the relative parameter error against the canonical form of
+the exact model (``canonical(model.to_mpmath())``), the design's queries read off the oracle's
+own counter (no held-out query is asked: ``holdout=0``, exact mode's default), the lean budget
+H(d^2+d)+2d-1 (d^2+d+1 for H = 1), the longest query, the learner's CPU time
+(``time.process_time``: one core, whatever else the shared machine runs) and wall time, and
+the root combinations the check queries examined. Per cell: models recovered to 1e-20, the
+worst error, the counts against the budget, the median and worst CPU time, the most
+combinations. Everything is seeded (model seed 10_000 + 100 d + 10 H + seed; learner seed = seed).
+"""
+
+import argparse
+import json
+import time
+
+import mpmath
+import numpy as np
+
+from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error
+from attnlearn.learner.lean import lean_budget
+from attnlearn.model import random_model
+
+DPS = 50
+KINDS = ("merged", "zero-sum", "zero-v", "equal-v")
+
+
+def model_for(d, H, seed, kind=None):
+    """A random model (W ~ N(0, 1/d), v ~ N(0, 1)), or a degenerate one: ``merged`` W_2 = W_1,
+    ``zero-sum`` W_2 = W_1 and v_2 = -v_1 (both heads vanish), ``zero-v`` v_1 = 0, ``equal-v``
+    v_2 = v_1 with different W (only the check queries can label the heads)."""
+    M = random_model(H, d, seed=10_000 + 100 * d + 10 * H + seed)
+    W, v = M.W.copy(), M.v.copy()
+    if kind == "merged":
+        W[1] = W[0]
+    elif kind == "zero-sum":
+        W[1], v[1] = W[0], -v[0]
+    elif kind == "zero-v":
+        v[0] = 0
+    elif kind == "equal-v":
+        v[1] = v[0]
+    return MultiHeadAttention(W, v)
+
+
+def run(d, H, seed, kind=None):
+    model = model_for(d, H, seed, kind)
+    oracle = Oracle(model, precision=DPS)
+    c0, t0 = time.process_time(), time.perf_counter()
+    try:
+        rec = learn(oracle, d, heads=H, seed=seed, design="lean")
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        with mpmath.workdps(2 * DPS):
+            err = param_error(rec.model, canonical(model.to_mpmath(), atol=0))
+        comb = rec.diagnostics.combinations
+        out = {"outcome": "returned", "error": err, "heads": rec.heads, "design_queries": rec.queries["design"],
+               "holdout_queries": rec.queries["holdout"], "combinations": int(sum(comb)),
+               "max_combinations": int(max(comb, default=0)), "root_tries": rec.diagnostics.root_tries}
+    except RecoveryError as exc:
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        out = {"outcome": type(exc).__name__, "message": str(exc)[:200], "error": float("inf")}
+    out.update(d=d, H=H, seed=seed, kind=kind or "random", oracle_queries=oracle.queries,
+               max_length=oracle.max_length, budget=lean_budget(d, H)[0], paper=4 * H * d * d - 2 * H + 1,
+               floor=H * (d * d + d), cpu=cpu, wall=wall)
+    return out
+
+
+def summary(runs):
+    """One line per cell (d, H, kind)."""
+    cells = {}
+    for r in runs:
+        cells.setdefault((r["kind"], r["d"], r["H"]), []).append(r)
+    print(f"{'kind':<9}{'d':>3}{'H':>3}{'ok/n':>7}{'worst err':>11}{'queries':>10}{'budget':>7}{'floor':>6}"
+          f"{'paper':>6}{'len':>4}{'cpu med':>8}{'cpu max':>8}{'wall max':>9}{'comb max':>9}")
+    for (kind, d, H), rs in sorted(cells.items()):
+        ok = sum(r["error"] < 1e-20 for r in rs)
+        q = [r["oracle_queries"] for r in rs]
+        qs = f"{min(q)}" if min(q) == max(q) else f"{min(q)}-{max(q)}"
+        comb = max(r.get("max_combinations", 0) for r in rs)
+        print(f"{kind:<9}{d:>3}{H:>3}{f'{ok}/{len(rs)}':>7}{max(r['error'] for r in rs):>11.1e}{qs:>10}"
+              f"{rs[0]['budget']:>7}{rs[0]['floor']:>6}{rs[0]['paper']:>6}{max(r['max_length'] for r in rs):>4}"
+              f"{np.median([r['cpu'] for r in rs]):>8.2f}{max(r['cpu'] for r in rs):>8.2f}"
+              f"{max(r['wall'] for r in rs):>9.2f}{comb:>9}")
+    bad = [r for r in runs if r["error"] >= 1e-20]
+    for r in bad:
+        print("NOT RECOVERED:", r)
+    over = [r for r in runs if r["kind"] == "random" and r["oracle_queries"] > r["budget"]]
+    longer = [r for r in runs if r["max_length"] > 2 * r["H"] + 1]
+    print(f"{len(runs)} models: {len(runs) - len(bad)} recovered to 1e-20; {len(over)} random models over the "
+          f"budget; {len(longer)} with a query longer than 2H + 1")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--d", type=int, nargs="+", default=[2, 3, 4, 6])
+    ap.add_argument("--H", type=int, nargs="+", default=[1, 2, 3, 4])
+    ap.add_argument("--seeds", type=int, default=10, help="models per cell (default 10; 2 with --degenerate)")
+    ap.add_argument("--degenerate", action="store_true", help="the degenerate kinds (H >= 2) instead")
+    ap.add_argument("--json", default=None, help="write every run to this JSON file")
+    args = ap.parse_args()
+    kinds = KINDS if args.degenerate else (None,)
+    seeds = args.seeds if not args.degenerate or args.seeds != 10 else 2
+    runs = []
+    for kind in kinds:
+        for d in args.d:
+            for H in args.H:
+                if kind is not None and H < 2:
+                    continue
+                for seed in range(seeds):
+                    runs.append(run(d, H, seed, kind))
+                    r = runs[-1]
+                    print(f"  {r['kind']} d={d} H={H} seed={seed}: {r['outcome']} err {r['error']:.1e} "
+                          f"queries {r['oracle_queries']} cpu {r['cpu']:.2f}s", flush=True)
+    summary(runs)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(runs, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
