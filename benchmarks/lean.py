@@ -4,6 +4,8 @@
     python benchmarks/lean.py --d 6 --H 4             # one cell (the timing target: < 30 s per model)
     python benchmarks/lean.py --degenerate            # merged, zero-sum, zero-v and equal-v models
     python benchmarks/lean.py --json out.json         # ... and save every run
+    python benchmarks/lean.py --float64               # float64: lean against the paper's design, d = 8, H = 2,
+                                                      # 100 models (--d, --H, --seeds to change)
 
 Exact mode at 50 digits. Per model: the relative parameter error against the canonical form of
 the exact model (``canonical(model.to_mpmath())``), the design's queries read off the oracle's
@@ -12,12 +14,16 @@ H(d^2+d)+2d-1 (d^2+d+1 for H = 1), the longest query, the learner's CPU time
 (``time.process_time``: one core, whatever else the shared machine runs) and wall time, and
 the root combinations the check queries examined. Per cell: models recovered to 1e-20, the
 worst error, the counts against the budget, the median and worst CPU time, the most
-combinations. Everything is seeded (model seed 10_000 + 100 d + 10 H + seed; learner seed = seed).
+combinations. ``--float64`` compares the designs on float64 oracles at equal settings (learn's
+float64 defaults, 32 held-out queries each): median and worst error of the returned models,
+share recovered to 1e-6, share raised, silent failures (a returned model whose error exceeds
+its own ``error_estimate``), design queries. Everything is seeded (model seed 10_000 + 100 d + 10 H + seed; learner seed = seed).
 """
 
 import argparse
 import json
 import time
+import warnings
 
 import mpmath
 import numpy as np
@@ -69,6 +75,47 @@ def run(d, H, seed, kind=None):
     return out
 
 
+def run_float64(d, H, seed, design):
+    """One float64 run of ``design`` on model 20_000 + seed (the same models for both designs)."""
+    model = random_model(H, d, seed=20_000 + seed)
+    oracle = Oracle(model)
+    c0 = time.process_time()
+    out = {"d": d, "H": H, "seed": seed, "design": design}
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            rec = learn(oracle, d, heads=H, seed=seed, design=design)
+        err = param_error(rec.model, canonical(model))
+        out.update(outcome="returned", error=err, estimate=rec.error_estimate, silent=bool(err > rec.error_estimate),
+                   design_queries=rec.queries["design"], holdout_queries=rec.queries["holdout"])
+    except RecoveryError as exc:
+        out.update(outcome=type(exc).__name__, message=str(exc)[:200], error=float("inf"), silent=False)
+    out["cpu"] = time.process_time() - c0
+    return out
+
+
+def float64_summary(runs):
+    """The comparison table: one row per design."""
+    print(f"{'design':<7}{'models':>7}{'returned':>9}{'median err':>11}{'worst err':>10}{'<=1e-6':>7}{'raised':>7}"
+          f"{'silent':>7}{'queries':>8}{'cpu med':>8}")
+    for design in ("lean", "paper"):
+        rs = [r for r in runs if r["design"] == design]
+        if not rs:
+            continue
+        ok = [r for r in rs if r["outcome"] == "returned"]
+        e = np.array([r["error"] for r in ok])
+        q = sorted({r["design_queries"] for r in ok})
+        print(f"{design:<7}{len(rs):>7}{len(ok):>9}{np.median(e) if len(e) else np.nan:>11.1e}"
+              f"{e.max() if len(e) else np.nan:>10.1e}{int((e <= 1e-6).sum()):>7}{len(rs) - len(ok):>7}"
+              f"{sum(r['silent'] for r in rs):>7}{'/'.join(map(str, q)) if q else '-':>8}"
+              f"{np.median([r['cpu'] for r in rs]):>8.2f}")
+    kinds = {}
+    for r in runs:
+        if r["outcome"] != "returned":
+            kinds[(r["design"], r["outcome"])] = kinds.get((r["design"], r["outcome"]), 0) + 1
+    print("raised:", ", ".join(f"{d} {k} x{n}" for (d, k), n in sorted(kinds.items())) or "none")
+
+
 def summary(runs):
     """One line per cell (d, H, kind)."""
     cells = {}
@@ -101,7 +148,22 @@ def main():
     ap.add_argument("--seeds", type=int, default=10, help="models per cell (default 10; 2 with --degenerate)")
     ap.add_argument("--degenerate", action="store_true", help="the degenerate kinds (H >= 2) instead")
     ap.add_argument("--json", default=None, help="write every run to this JSON file")
+    ap.add_argument("--float64", action="store_true", help="float64: lean against the paper's design")
     args = ap.parse_args()
+    if args.float64:
+        d, H = (args.d[0] if args.d != [2, 3, 4, 6] else 8), (args.H[0] if args.H != [1, 2, 3, 4] else 2)
+        seeds = args.seeds if args.seeds != 10 else 100
+        runs = []
+        for seed in range(seeds):
+            for design in ("lean", "paper"):
+                runs.append(run_float64(d, H, seed, design))
+            r = runs[-2]
+            print(f"  seed {seed}: lean {r['outcome']} err {r['error']:.1e} cpu {r['cpu']:.2f}s", flush=True)
+        float64_summary(runs)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(runs, fh, indent=1)
+        return
     kinds = KINDS if args.degenerate else (None,)
     seeds = args.seeds if not args.degenerate or args.seeds != 10 else 2
     runs = []

@@ -31,6 +31,7 @@ vanish, or when every configuration of a block has a single candidate. Longest q
 :math:`2n+1` (phase 1's ratio nodes).
 """
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -51,13 +52,31 @@ from .lean_roots import complete_roots
 from .solves import HeadMatrices, canonical_heads
 
 __all__ = ["lean_budget", "lean_nodes", "LeanDirections", "draw_lean", "PhaseOne", "phase_one",
-           "match_links", "BlockRoots", "phase_two_block", "choose_combination", "solve_heads",
+           "match_links", "BlockRoots", "phase_two_block", "choose_combination", "root_errors", "solve_heads",
            "LeanDiagnostics", "learn_lean", "MAX_COMBINATIONS"]
 
 #: Most combinations of candidate roots one check query may have to examine (a cost limit,
 #: not a tolerance: the prototype met up to 92,160 at H = 4, d = 6; each is a few float64
 #: operations).
 MAX_COMBINATIONS = 5_000_000
+
+#: float64 mode: the working precision (decimal digits) of everything after phase 1's fits (the
+#: root finder's polishing, the solves): far above the data's 16 digits, so that the learner's
+#: own rounding never adds to the oracle's.
+FLOAT_WORK_DPS = 30
+
+
+def _ask(access, X, what):
+    """Ask ``X`` (float64 queries for a float64 oracle) and return the answers as mpf."""
+    return to_mp(access(X if access.exact else to_float(X), what))
+
+
+def _ask_nodes(access, U, q, pairs, what):
+    """:func:`~.asking.ask_nodes` for the configurations ``U`` with the one final token ``q``
+    (float64 queries for a float64 oracle); answers as mpf, shape (len(U), len(pairs))."""
+    conv = (lambda a: a) if access.exact else to_float
+    F = ask_nodes(access, conv(U), conv(q)[None], np.zeros(len(U), dtype=int), pairs, what)
+    return to_mp(F)
 
 
 def lean_budget(d, n):
@@ -141,34 +160,40 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
 
     Used in: chapter 8."""
     d = len(q0)
+    exact = tol.exact
+    conv = to_mp if exact else (lambda a: np.asarray(a, dtype=float))
     nodes = node_pairs(n, "ratios")
-    c0 = ask(q0[None, None, :], "the query (q_0)")[0]
-    u1 = to_mp(dirs.base[0])
-    F1 = ask_nodes(ask, u1[None], q0[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
+    q0n = conv(to_float(q0))  # q0 is drawn in float64: exact either way
+    c0 = ask(q0n[None, None, :], "the query (q_0)")[0]
+    u1 = conv(dirs.base[0])
+    F1 = ask_nodes(ask, u1[None], q0n[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
     err1 = sample_errors(F1, output_error, tol)
     m, fit1 = fit_min_degree(nodes.ts, F1 - c0, n, tol=err1.residual[0], labels=["base(1)"])
     probe = float(np.max(np.abs(to_float(fit1.ell)))) if m else 0.0
     f = scale_factor(probe, spread, tol)
-    U = np.empty((d, d), dtype=object)
+    U = np.empty((d, d), dtype=object if exact else float)
     U[0] = u1
-    U[1:] = to_mp(dirs.base[1:] * f)
-    F = np.empty((d, nodes.m), dtype=object)
+    U[1:] = conv(dirs.base[1:] * f)
+    F = np.empty((d, nodes.m), dtype=object if exact else float)
     F[0] = F1[0]
     if d > 1:
-        F[1:] = ask_nodes(ask, U[1:], q0[None], np.zeros(d - 1, dtype=int), nodes.pairs, "the base configurations")
+        F[1:] = ask_nodes(ask, U[1:], q0n[None], np.zeros(d - 1, dtype=int), nodes.pairs, "the base configurations")
     errors = sample_errors(F, output_error, tol)
     labels = [f"base({k + 1})" for k in range(d)]
     if m == 0:
         fit = fit_checked(nodes.ts, F - c0, 0, tol=errors.residual, labels=labels)
         zero = np.zeros((0, d), dtype=object)
-        return PhaseOne(0, zero, zero, np.zeros((0, d)), np.zeros((0, d)), np.zeros(d, dtype=object), f, U), errors
+        return PhaseOne(0, zero, zero, np.zeros((0, d)), np.zeros((0, d)), np.zeros(d, dtype=object), f,
+                        to_mp(U)), errors
     fit = fit_checked(nodes.ts, F - c0, m, tol=errors.residual, labels=labels)
-    check_significant(to_float(fit.ell), to_float(fit.gamma), fit.sens[:, 0] * 2 * errors.output,
-                      fit.sens[:, 1] * 2 * errors.output, labels, S=tol.significance)
-    ell, gam = fit.ell.copy(), fit.gamma.copy()
+    if exact:
+        check_significant(to_float(fit.ell), to_float(fit.gamma), fit.sens[:, 0] * 2 * errors.output,
+                          fit.sens[:, 1] * 2 * errors.output, labels, S=tol.significance)
+    # from here on everything is in mpmath (float64 mode: at FLOAT_WORK_DPS digits)
+    ell, gam, U, c0 = to_mp(fit.ell), to_mp(fit.gamma), to_mp(U), to_mp(np.array([c0]))[0]
     margins = []
     if m > 1 and d > 1:
-        perms, margins = match_links(ask, q0, U, c0, ell, gam, errors, tol=tol)
+        perms, margins = match_links(ask, q0, U, c0, ell, gam, errors, sens=fit.sens, tol=tol)
         for i in range(1, d):
             ell[i], gam[i] = ell[i][list(perms[i - 1])], gam[i][list(perms[i - 1])]
             fit.sens[i] = fit.sens[i][:, list(perms[i - 1])]
@@ -183,7 +208,7 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     return PhaseOne(m, v, w0, err_v, err_w0, V, f, U, margins), errors
 
 
-def match_links(ask, q0, U, c0, ell, gam, errors, *, tol):
+def match_links(ask, q0, U, c0, ell, gam, errors, *, sens, tol):
     r"""The :math:`d-1` link queries :math:`x=q_0-u_1-u_i` (one sample, :math:`t=1`) and the
     pairing of configuration :math:`i`'s heads with configuration 1's that reproduces each:
     predicted :math:`c_0+\sum_h(\gamma_{1h}+\gamma_{i\pi(h)})/(1+\rho_{1h}\rho_{i\pi(h)})`.
@@ -191,10 +216,14 @@ def match_links(ask, q0, U, c0, ell, gam, errors, *, tol):
     Returns the pairings (one tuple per link) and each link's relative margin (best wrong
     pairing's residual over the answer's scale).
 
+    The tolerance: in exact mode ``tol.exact_residual`` times the answer's scale; in float64
+    ``tol.match_safety`` times the pairing's first-order error bound (the fits' sensitivities
+    ``sens`` times the sample error, through the prediction's derivatives).
+
     Raises
     ------
     UnmatchedHeadsError
-        No pairing, or more than one, within the exact-mode residual tolerance.
+        No pairing, or more than one, within the tolerance.
 
     Used in: chapter 8."""
     d, m = U.shape[0], ell.shape[1]
@@ -202,18 +231,29 @@ def match_links(ask, q0, U, c0, ell, gam, errors, *, tol):
     for i in range(1, d):
         X[i - 1, 0] = q0 - U[0] - U[i]
         X[i - 1, 1] = q0
-    obs = ask(X, "the link queries")
+    obs = _ask(ask, X, "the link queries")
     rho = np.vectorize(mpmath.exp, otypes=[object])(ell)
+    eps = 2 * errors.output
     perms, margins = [], []
     for i in range(1, d):
         res = []
         for p in itertools.permutations(range(m)):
             pred = c0 + mpmath.fsum((gam[0, h] + gam[i, p[h]]) / (1 + rho[0, h] * rho[i, p[h]]) for h in range(m))
-            res.append((abs(pred - obs[i - 1]), p))
+            if tol.exact:
+                limit = tol.exact_residual * max(abs(obs[i - 1]), 1)
+            else:  # first-order bound of the prediction under this pairing
+                bound = errors.output
+                for h in range(m):
+                    r2, g2 = float(rho[0, h] * rho[i, p[h]]), float(gam[0, h] + gam[i, p[h]])
+                    dg = (sens[0, 1, h] + sens[i, 1, p[h]]) * eps
+                    dl = (sens[0, 0, h] + sens[i, 0, p[h]]) * eps
+                    bound += dg / (1 + r2) + abs(g2) * r2 / (1 + r2) ** 2 * dl
+                limit = tol.match_safety * bound
+            res.append((abs(pred - obs[i - 1]), p, limit))
         res.sort(key=lambda r: r[0])
         scale = max(abs(obs[i - 1]), 1)
-        limit = tol.exact_residual * scale
-        good = [p for r, p in res if r <= limit]
+        good = [p for r, p, lim in res if r <= lim]
+        limit = res[0][2]
         if len(good) != 1:
             raise UnmatchedHeadsError(
                 f"link(1,{i + 1}): {len(good)} of the {len(res)} pairings of the heads reproduce the link query "
@@ -242,7 +282,7 @@ class BlockRoots:
     tau: list
 
 
-def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol):
+def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps):
     r"""Phase 2 for the final token :math:`q_j`: :math:`m` samples of each of the :math:`d`
     configurations (rows of ``U``), every root of each configuration's system, and (when some
     configuration has several real positive roots) the check query with final token
@@ -261,7 +301,7 @@ def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol):
     d, m = len(qj), p1.m
     pairs = lean_nodes(m)
     tau = [mpmath.mpf(t) / s for s, t in pairs]
-    F = ask_nodes(ask, U, qj[None], np.zeros(d, dtype=int), pairs, f"block q_{j}")
+    F = _ask_nodes(ask, U, qj, pairs, f"block q_{j}")
     cj = mpmath.fsum(p1.V * qj)
     gamma = np.array([[-mpmath.fsum(U[i] * p1.v[h]) for h in range(m)] for i in range(d)], dtype=object)
     cands, tries, seps = [], 0, []
@@ -276,19 +316,23 @@ def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol):
     if all(len(c) == 1 for c in cands):
         ell = np.array([[mpmath.log(cands[i][0][h]) for i in range(d)] for h in range(m)], dtype=object)
         return BlockRoots(U, ell, cands, 0, math.inf, tries, min(seps), gamma, tau)
-    choice, n_comb, margin = choose_combination(ask, j, qj, q0, U, weights, cands, p1, tol=tol)
+    choice, n_comb, margin = choose_combination(ask, j, qj, q0, U, weights, cands, p1, gamma=gamma, tau=tau,
+                                                tol=tol, eps=eps)
     ell = np.array([[mpmath.log(cands[i][choice[i]][h]) for i in range(d)] for h in range(m)], dtype=object)
     return BlockRoots(U, ell, cands, n_comb, margin, tries, min(seps), gamma, tau)
 
 
-def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, tol):
+def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, gamma, tau, tol, eps):
     r"""The check query of block :math:`q_j`: final token :math:`q_c=q_0+q_j`, direction
     :math:`u_c=\sum_iw_iu_{j,i}` (one sample, :math:`t=1`), and the one combination of the
     configurations' candidate roots whose prediction
     :math:`V^\top q_c+\sum_h\gamma_h/(1+e^{\ell_h})`, with
     :math:`\ell_h=u_c^\top W_hq_0+\sum_iw_i\log\rho^{(i)}_h`, reproduces it. Every combination
-    is screened in float64 (vectorised), those within :math:`10^{-8}` of the answer's scale
-    are checked at the working precision, and exactly one must pass.
+    is screened in float64 (vectorised). Exact mode: those within :math:`10^{-8}` of the
+    answer's scale are checked at the working precision, and exactly one must pass within
+    ``tol.exact_residual``. float64: exactly one must lie within ``tol.match_safety`` times
+    its first-order error bound (the roots' bounds :func:`root_errors` under the sample error
+    ``eps``, phase 1's bounds on :math:`W_hq_0`, :math:`v_h` and :math:`V`).
 
     Returns ``(choice, combinations, margin)``.
 
@@ -302,7 +346,7 @@ def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, tol):
     w = weights
     uc = np.array([mpmath.fsum(w[i] * U[i, k] for i in range(d)) for k in range(d)], dtype=object)
     qc = q0 + qj
-    obs = ask(np.stack([qc - uc, qc])[None], f"the check query of block q_{j}")[0]
+    obs = _ask(ask, np.stack([qc - uc, qc])[None], f"the check query of block q_{j}")[0]
     gc = [-mpmath.fsum(uc * p1.v[h]) for h in range(m)]
     base = [mpmath.fsum(uc * p1.w0[h]) for h in range(m)]
     const = mpmath.fsum(p1.V * qc)
@@ -316,6 +360,16 @@ def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, tol):
     res = np.abs(pred - float(obs))
     scale = max(abs(float(obs)), 1.0)
     order = np.argsort(res)
+    if not tol.exact:
+        bound = _combination_bounds(S, gf, uc, qc, qj, U, w, cands, p1, gamma, tau, eps)
+        passed = np.flatnonzero(res <= tol.match_safety * bound)
+        if len(passed) != 1:
+            raise UnmatchedHeadsError(
+                f"block q_{j}: {len(passed)} of the {n_comb:,} combinations of candidate roots reproduce the check "
+                f"query within {tol.match_safety:g} x their error bounds (best residual {res[order[0]]:.1e}, "
+                f"its bound {bound[order[0]]:.1e})")
+        wrong = res[order[1]] / scale if n_comb > 1 else math.inf
+        return [int(x) for x in np.unravel_index(int(passed[0]), sizes)], n_comb, float(wrong)
     screened = [int(k) for k in order[:64] if res[k] <= 1e-8 * scale]
     limit = tol.exact_residual * scale
     passed = []
@@ -333,6 +387,48 @@ def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, tol):
     return [int(x) for x in passed[0]], n_comb, float(wrong)
 
 
+def root_errors(gamma, rho, tau, dG, dgam):
+    r"""First-order bound of :math:`|\delta\ell_h|` of one phase-2 configuration's root
+    :math:`\rho`: :math:`|J_\ell^{-1}|(\delta G+|B|\,\delta\gamma)`, with
+    :math:`J_\ell[i,h]=-\gamma_h\rho_h\tau_i/(1+\rho_h\tau_i)^2` and
+    :math:`B[i,h]=1/(1+\rho_h\tau_i)` the derivatives of the samples (float64 arrays in, out).
+
+    Used in: chapter 8."""
+    A = 1 + rho[None, :] * tau[:, None]
+    Jl = -gamma[None, :] * rho[None, :] * tau[:, None] / A ** 2
+    with np.errstate(all="ignore"):
+        try:
+            Jinv = np.abs(np.linalg.inv(Jl))
+        except np.linalg.LinAlgError:
+            return np.full(len(rho), np.inf)
+    return Jinv @ (dG + np.abs(1 / A) @ dgam)
+
+
+def _combination_bounds(S, gf, uc, qc, qj, U, w, cands, p1, gamma, tau, eps):
+    r"""float64: the first-order bound of every combination's predicted check answer (in the
+    order of the combinations in ``S``, the :math:`\ell_h` of each): the answer's error, the
+    constant's :math:`|q_c|^\top\delta V`, and per head
+    :math:`\delta\gamma_h\sigma_h+|\gamma_h|\sigma_h(1-\sigma_h)\delta\ell_h` with
+    :math:`\sigma_h=1/(1+e^{\ell_h})` and :math:`\delta\ell_h` summed over phase 1's
+    :math:`|u_c|^\top\delta(W_hq_0)` and the configurations' :math:`|w_i|` times
+    :func:`root_errors`."""
+    d, m = len(cands), p1.m
+    tauf = np.array([float(t) for t in tau])
+    dV = np.abs(p1.err_v).sum(axis=0)
+    Uf, ucf = to_float(U), np.abs(to_float(uc))
+    dG = eps + np.abs(to_float(qj)) @ dV
+    E = (ucf @ p1.err_w0.T)[None, :]
+    for i in range(d):
+        dgam = np.abs(Uf[i]) @ p1.err_v.T
+        g = to_float(gamma[i])
+        Di = np.array([root_errors(g, np.array([float(x) for x in c]), tauf, dG, dgam) for c in cands[i]])
+        E = (E[:, None, :] + abs(w[i]) * Di[None, :, :]).reshape(-1, m)
+    with np.errstate(over="ignore"):
+        sig = 1 / (1 + np.exp(S))
+    dgc = ucf @ p1.err_v.T
+    return eps / 2 + np.abs(to_float(qc)) @ dV + (dgc[None, :] * sig + np.abs(gf)[None, :] * sig * (1 - sig) * E).sum(axis=1)
+
+
 def _block_errors(p1, blk, qj, eps):
     r"""First-order bounds of block :math:`q_j`'s :math:`W_hq_j`: per configuration
     :math:`|\delta\ell|\le|J_\ell^{-1}|(\delta G+|B|\,\delta\gamma)`, :math:`J_\ell` and
@@ -346,13 +442,8 @@ def _block_errors(p1, blk, qj, eps):
     dl = np.empty((m, d))
     tau = np.array([float(t) for t in blk.tau])
     for i in range(d):
-        rho = np.exp(to_float(blk.ell[:, i]))
-        g = to_float(blk.gamma[i])
-        A = 1 + rho[None, :] * tau[:, None]
-        Jl = -g[None, :] * rho[None, :] * tau[:, None] / A ** 2
-        B = 1 / A
-        dg = np.abs(Uf[i]) @ p1.err_v.T
-        dl[:, i] = np.abs(np.linalg.inv(Jl)) @ (dG + np.abs(B) @ dg)
+        dl[:, i] = root_errors(to_float(blk.gamma[i]), np.exp(to_float(blk.ell[:, i])), tau, dG,
+                               np.abs(Uf[i]) @ p1.err_v.T)
     return np.abs(np.linalg.inv(Uf)) @ dl.T  # (d, m): column h bounds W_h q_j
 
 
@@ -418,6 +509,11 @@ def learn_lean(access, opt, tol):
     apart). ``access`` is the checked, counting :class:`attnlearn.protocol.Access`.
 
     Used in: chapter 8."""
+    with contextlib.nullcontext() if tol.exact else mpmath.workdps(FLOAT_WORK_DPS):
+        return _learn_lean(access, opt, tol)
+
+
+def _learn_lean(access, opt, tol):
     rng = np.random.default_rng(opt.seed)
     start, d = access.queries, opt.d
     dirs = draw_lean(rng, d)
@@ -432,7 +528,8 @@ def learn_lean(access, opt, tol):
         qj = to_mp(dirs.q[j] * math.sqrt(p1.f))
         Q[:, j] = qj
         Uj = to_mp(dirs.blocks[j - 1] * math.sqrt(p1.f))
-        blocks.append(phase_two_block(access, j, qj, Uj, dirs.weights[j - 1], p1, q0, rng=rng, tol=tol))
+        blocks.append(phase_two_block(access, j, qj, Uj, dirs.weights[j - 1], p1, q0, rng=rng, tol=tol,
+                                      eps=2 * errors.output))
     heads = solve_heads(p1, blocks, Q, 2 * errors.output)
     model, estimate = canonical_heads(heads, p1.v, p1.err_v, tol=tol)
     queries = {"design": access.queries - start, "constants": 0, "redraws": 0, "holdout": 0}

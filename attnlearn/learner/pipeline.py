@@ -200,8 +200,8 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
     if not isinstance(design, str) or design not in DESIGNS:
         raise ValueError(f'design must be "paper" or "lean", got {design!r}')
-    if design == "lean" and not oracle.exact:
-        raise ValueError('design="lean" needs an exact-mode oracle (float64 is not implemented for it yet)')
+    if design == "lean" and robust is True:
+        raise ValueError('robust=True is an option of design="paper"; design="lean" asks no block constant')
     if design == "lean" and nodes is not None:
         raise ValueError('nodes is an option of design="paper"; design="lean" chooses its own nodes')
     if method not in ("linearised", "loewner"):
@@ -302,7 +302,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     design : {"paper", "lean"}, keyword-only
         The query design: the paper's :math:`4nd^2-2n+1` queries (the default, claims C6, C7)
         or the lean design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most
-        (:math:`d^2+d+1` for one head), longest :math:`2n+1`, exact mode only
+        (:math:`d^2+d+1` for one head), longest :math:`2n+1`, exact mode or float64
         (:func:`attnlearn.learner.lean.learn_lean`). ``nodes`` and ``robust`` are the paper
         design's options.
 
