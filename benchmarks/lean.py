@@ -17,7 +17,8 @@ worst error, the counts against the budget, the median and worst CPU time, the m
 combinations. ``--float64`` compares the designs on float64 oracles at equal settings (learn's
 float64 defaults, 32 held-out queries each): median and worst error of the returned models,
 share recovered to 1e-6, share raised, silent failures (a returned model whose error exceeds
-its own ``error_estimate``), design queries. Everything is seeded (model seed 10_000 + 100 d + 10 H + seed; learner seed = seed).
+its own ``error_estimate``), design queries. Everything is seeded (model seed
+10_000 + 100 d + 10 H + seed, float64 20_000 + seed; learner seed = seed).
 """
 
 import argparse

@@ -363,7 +363,8 @@ def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, gamma, tau, tol
     answer's scale are checked at the working precision, and exactly one must pass within
     ``tol.exact_residual``. float64: exactly one must lie within ``tol.match_safety`` times
     its first-order error bound (the roots' bounds :func:`root_errors` under the sample error
-    ``eps``, phase 1's bounds on :math:`W_hq_0`, :math:`v_h` and :math:`V`).
+    ``eps``, phase 1's bounds on :math:`W_hq_0`, :math:`v_h` and :math:`V`), or, when several
+    do, the best one if the runner-up's residual is ``tol.lean_separation`` times larger.
 
     Returns ``(choice, combinations, margin)``.
 
@@ -394,6 +395,10 @@ def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, gamma, tau, tol
     if not tol.exact:
         bound = _combination_bounds(S, gf, uc, qc, qj, U, w, cands, p1, gamma, tau, eps)
         passed = np.flatnonzero(res <= tol.match_safety * bound)
+        if len(passed) > 1 and res[order[1]] >= tol.lean_separation * max(res[order[0]], eps / 2):
+            # the first-order bounds are worst-case sums: when several combinations lie within
+            # them, the best is kept only if every other misses the answer by far more
+            passed = order[:1]
         if len(passed) != 1:
             raise UnmatchedHeadsError(
                 f"block q_{j}: {len(passed)} of the {n_comb:,} combinations of candidate roots reproduce the check "
@@ -457,7 +462,8 @@ def _combination_bounds(S, gf, uc, qc, qj, U, w, cands, p1, gamma, tau, eps):
     with np.errstate(over="ignore"):
         sig = 1 / (1 + np.exp(S))
     dgc = ucf @ p1.err_v.T
-    return eps / 2 + np.abs(to_float(qc)) @ dV + (dgc[None, :] * sig + np.abs(gf)[None, :] * sig * (1 - sig) * E).sum(axis=1)
+    heads = dgc[None, :] * sig + np.abs(gf)[None, :] * sig * (1 - sig) * E
+    return eps / 2 + np.abs(to_float(qc)) @ dV + heads.sum(axis=1)
 
 
 def _block_errors(p1, blk, qj, eps):
