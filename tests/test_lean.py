@@ -16,7 +16,7 @@ import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, param_error
 from attnlearn._arith import to_mp
 from attnlearn.errors import IllConditionedError, RecoveryError, UnmatchedHeadsError
-from attnlearn.learner.lean import lean_budget, lean_nodes
+from attnlearn.learner.lean import lean_budget, lean_holdout_count, lean_nodes
 from attnlearn.learner.lean_roots import complete_roots
 from attnlearn.learner.pipeline import learn_cost
 from attnlearn.model import random_model
@@ -72,9 +72,12 @@ def test_random_models_recovered_with_the_lean_count(d, H, seed):
     assert recovered_error(r, M) < 1e-20
     assert r.error_estimate < 1e-20 and recovered_error(r, M) <= r.error_estimate
     budget, longest = lean_budget(d, H)
-    assert o.queries == r.queries["design"] == expected_count(d, H, r) <= budget
+    assert r.queries["design"] == expected_count(d, H, r) <= budget
     assert o.max_length == r.max_length <= longest == 2 * H + 1
-    assert r.queries["holdout"] == 0 and r.heads == H
+    # exact mode's default 8 verification queries, held-out sequences of every length, apart
+    assert r.queries["holdout"] == lean_holdout_count(8, H) == max(8, 2 * H + 1)
+    assert o.queries == r.queries["total"] == r.queries["design"] + r.queries["holdout"]
+    assert r.verified and r.heads == H
 
 
 def test_the_full_count_is_reached_when_every_block_needs_its_check():
@@ -83,7 +86,7 @@ def test_the_full_count_is_reached_when_every_block_needs_its_check():
     o = Oracle(M, precision=DPS)
     r = al.learn(o, 3, heads=3, design="lean", seed=0)
     assert all(c > 1 for c in r.diagnostics.combinations)
-    assert o.queries == lean_budget(3, 3)[0] == 3 * (9 + 3) + 2 * 3 - 1 == 41
+    assert r.queries["design"] == lean_budget(3, 3)[0] == 3 * (9 + 3) + 2 * 3 - 1 == 41
     assert recovered_error(r, M) < 1e-20
 
 
@@ -96,7 +99,8 @@ def test_degenerate_models_give_the_canonical_form(kind, H, heads):
     r = al.learn(o, d, heads=H, design="lean", seed=1)
     assert r.heads == exact_reference(M).H == heads
     assert recovered_error(r, M) < 1e-20
-    assert o.queries == expected_count(d, H, r) <= lean_budget(d, H)[0]
+    assert r.queries["design"] == expected_count(d, H, r) <= lean_budget(d, H)[0]
+    assert r.verified and o.queries == r.queries["total"]
     if kind == "equal-v":  # equal residues in every configuration: only the check can label
         assert all(c > 1 for c in r.diagnostics.combinations)
 
@@ -106,27 +110,39 @@ def test_max_heads_finds_the_count():
     o = Oracle(M, precision=DPS)
     r = al.learn(o, 3, max_heads=4, design="lean", seed=2)
     assert r.heads == 2 and recovered_error(r, M) < 1e-20
-    assert o.queries == expected_count(3, 4, r) and o.max_length == 9  # phase 1 asks 2 * 4 nodes
+    assert r.queries["design"] == expected_count(3, 4, r) and o.max_length == 9  # phase 1 asks 2 * 4 nodes
 
 
 def test_holdout_queries_are_reported_apart():
     M = random_model(2, 2, seed=4)
     o = Oracle(M, precision=DPS)
     r = al.learn(o, 2, heads=2, design="lean", seed=0, holdout=10)
-    assert r.queries["holdout"] >= 10 and r.queries["design"] == expected_count(2, 2, r)
+    assert r.queries["holdout"] == 10 and r.queries["design"] == expected_count(2, 2, r)
     assert o.queries == r.queries["design"] + r.queries["holdout"] == r.queries["total"]
-    assert r.holdout_error < 1e-14
+    assert r.holdout_error < 1e-14 and r.verified
+
+
+def test_holdout_zero_returns_unverified():
+    M = random_model(2, 2, seed=4)
+    o = Oracle(M, precision=DPS)
+    r = al.learn(o, 2, heads=2, design="lean", seed=0, holdout=0)
+    assert not r.verified and r.holdout_error is None and r.queries["holdout"] == 0
+    assert o.queries == r.queries["design"] == r.queries["total"] == expected_count(2, 2, r)
+    assert recovered_error(r, M) < 1e-20
 
 
 def test_cost_is_the_lean_budget_and_refused_beyond_max_queries():
     assert [lean_budget(6, H)[0] for H in (1, 2, 4)] == [43, 95, 179]  # DESIGN-lean's counts
     assert learn_cost(6, 4, robust=False, holdout=0, design="lean") == ({"design": 179, "constants": 0,
                                                                         "held-out": 0}, 9)
+    assert learn_cost(6, 4, robust=False, holdout=8, design="lean")[0]["held-out"] == 9  # one per length
     M = random_model(2, 2, seed=0)
-    with pytest.raises(ValueError, match="more than max_queries = 14"):
-        al.learn(Oracle(M, precision=DPS), 2, heads=2, design="lean", max_queries=14)
-    r = al.learn(Oracle(M, precision=DPS), 2, heads=2, design="lean", max_queries=15)
-    assert r.queries["design"] <= 15
+    # 15 design queries and exact mode's 8 held-out sequences
+    with pytest.raises(ValueError, match=r"23 queries \(design 15, held-out 8\).*more than max_queries = 22"):
+        al.learn(Oracle(M, precision=DPS), 2, heads=2, design="lean", max_queries=22)
+    o = Oracle(M, precision=DPS)
+    r = al.learn(o, 2, heads=2, design="lean", max_queries=23)
+    assert r.queries["design"] <= 15 and r.queries["holdout"] == 8 and o.queries == r.queries["total"] <= 23
 
 
 def test_bad_design_arguments_are_refused():

@@ -51,7 +51,7 @@ from .fitting import sample_errors
 from .lean_roots import complete_roots
 from .solves import HeadMatrices, canonical_heads
 
-__all__ = ["lean_budget", "lean_nodes", "LeanDirections", "draw_lean", "phase_two_directions", "PhaseOne", "phase_one",
+__all__ = ["lean_budget", "lean_holdout_count", "lean_nodes", "LeanDirections", "draw_lean", "phase_two_directions", "PhaseOne", "phase_one",
            "match_links", "BlockRoots", "phase_two_block", "choose_combination", "root_errors", "solve_heads",
            "LeanDiagnostics", "learn_lean", "MAX_COMBINATIONS"]
 
@@ -96,6 +96,17 @@ def lean_budget(d, n):
     Used in: chapter 8 (and by :func:`attnlearn.learner.pipeline.learn_cost`)."""
     extra = 2 * (d - 1) if n >= 2 else 0  # the links and the checks
     return 1 + 2 * n * d + n * d * (d - 1) + extra, 2 * n + 1
+
+
+def lean_holdout_count(holdout, n):
+    r"""Verification queries the lean design asks for ``holdout``: held-out random sequences only
+    (:func:`~.checks.finish`), at least one of every length :math:`1..2n+1`, so
+    :math:`\max(\text{holdout}, 2n+1)`, or 0 when ``holdout`` is 0. (The paper design's first
+    verification queries are check queries on its fits, :func:`~.pipeline.holdout_count`; the
+    lean design's own links and check queries already test its fits, inside its count.)
+
+    Used in: chapter 8 (and by :func:`attnlearn.learner.pipeline.learn_cost`)."""
+    return max(holdout, 2 * n + 1) if holdout else 0
 
 
 def lean_nodes(m):
@@ -576,7 +587,8 @@ def _learn_lean(access, opt, tol):
         link_margin=p1.link_margin, root_tries=sum(b.tries for b in blocks),
         root_separation=min((b.separation for b in blocks), default=math.inf))
     return finish(access, model, queries, diag, max_length=access.max_length, eps_out=errors.output,
-                  estimate=estimate, holdout=opt.holdout, rng=rng, f=p1.f, tol=tol)
+                  stated=errors.stated, estimate=estimate, holdout=opt.holdout, rng=rng, f=p1.f, tol=tol,
+                  verified=opt.holdout > 0)
 
 
 def _finish_zero(access, p1, errors, start, opt, rng, tol):
@@ -585,4 +597,5 @@ def _finish_zero(access, p1, errors, start, opt, rng, tol):
     diag = LeanDiagnostics(0, p1.f, [], [], [], [], 0, math.inf)
     model = MultiHeadAttention(np.zeros((0, opt.d, opt.d), dtype=object), np.zeros((0, opt.d), dtype=object))
     return finish(access, model, queries, diag, max_length=access.max_length, eps_out=errors.output,
-                  estimate=0.0, holdout=opt.holdout, rng=rng, f=p1.f, tol=tol)
+                  stated=errors.stated, estimate=0.0, holdout=opt.holdout, rng=rng, f=p1.f, tol=tol,
+                  verified=opt.holdout > 0)

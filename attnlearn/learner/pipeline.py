@@ -28,7 +28,7 @@ from .constants import fit_calibrated, set_constants, solve_V
 from .design import build_design, draw_directions, node_pairs, scale_factor
 from .fitting import ConfigState, collect_fits, fit_block_one, fit_probe, sample_errors
 from .labelling import label_crosses, label_links
-from .lean import lean_budget, learn_lean
+from .lean import lean_budget, lean_holdout_count, learn_lean
 from .results import Diagnostics, query_budget
 from .robust import redraw
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
@@ -165,10 +165,14 @@ def learn_cost(d, n, *, robust, holdout, design="paper"):
     """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
     the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7; with
     ``design="lean"`` at most :math:`n(d^2+d)+2d-1`, :func:`~.lean.lean_budget`), robust mode's
-    :math:`d-1` constants and the held-out queries (robust mode's redraws depend on the answers and
-    are not counted)."""
-    count, longest = lean_budget(d, n) if design == "lean" else query_budget(d, n)
-    parts = {"design": count, "constants": d - 1 if robust else 0, "held-out": holdout_count(holdout, n)}
+    :math:`d-1` constants and the verification queries (:func:`holdout_count`; the lean design's
+    :func:`~.lean.lean_holdout_count`) (robust mode's redraws depend on the answers and are not
+    counted)."""
+    if design == "lean":
+        (count, longest), held_out = lean_budget(d, n), lean_holdout_count(holdout, n)
+    else:
+        (count, longest), held_out = query_budget(d, n), holdout_count(holdout, n)
+    parts = {"design": count, "constants": d - 1 if robust else 0, "held-out": held_out}
     return parts, longest
 
 
@@ -313,7 +317,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         or the lean design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most
         (:math:`d^2+d+1` for one head), longest :math:`2n+1`, exact mode or float64
         (:func:`attnlearn.learner.lean.learn_lean`). ``nodes`` and ``robust`` are the paper
-        design's options.
+        design's options. The lean design's verification queries are held-out random sequences
+        only, :math:`\max(\text{holdout},2n+1)` of them (its links and check queries test its
+        fits inside its count).
 
     Returns
     -------
