@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, param_error
 from attnlearn._arith import to_mp
-from attnlearn.errors import IllConditionedError, RecoveryError, UnmatchedHeadsError
-from attnlearn.learner.lean import lean_budget, lean_holdout_count, lean_nodes
+from attnlearn.errors import IllConditionedError, PoleError, RecoveryError, UnmatchedHeadsError
+from attnlearn.learner.lean import extra_node, lean_budget, lean_holdout_count, lean_nodes
 from attnlearn.learner.lean_roots import complete_roots
 from attnlearn.learner.pipeline import learn_cost
 from attnlearn.model import random_model
@@ -256,3 +256,47 @@ def test_float64_returns_are_within_their_estimate_or_raise():
         assert r.queries["design"] <= lean_budget(3, 2)[0] and r.queries["holdout"] >= 32
         assert o.queries == r.queries["total"] == r.queries["design"] + r.queries["holdout"]
     assert returned >= 4  # measured: 6 of 6 (benchmarks/lean.py --float64 for the full comparison)
+
+
+def _learn_extra_sample(oracle, d, H, seed):
+    # learn's validation, checked access and precision, then the variant with H + 1 samples
+    from attnlearn._arith import working_precision
+    from attnlearn.learner.lean import learn_lean
+    from attnlearn.learner.pipeline import _options
+    from attnlearn.protocol import Access
+
+    opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,
+                        method="linearised", robust=False, seed=seed, output_error=None, redraw_rounds=4,
+                        max_queries=10**7, max_length=129, design="lean")
+    access = Access(oracle, opt.d)
+    with working_precision(access):
+        return learn_lean(access, opt, tol, extra_sample=True)
+
+
+def test_extra_node_is_new_and_short():
+    for m in range(1, 7):
+        s, t = extra_node(m)
+        assert t / s not in {b / a for a, b in lean_nodes(m)} and s + t <= m + 2 <= 2 * m + 1
+
+
+@pytest.mark.parametrize("d,H,seed", [(2, 1, 0), (3, 3, 11), (3, 2, 1)])
+def test_extra_sample_variant_needs_no_check_query(d, H, seed):
+    M = random_model(H, d, seed=seed)
+    o = Oracle(M, precision=DPS)
+    r = _learn_extra_sample(o, d, H, seed)
+    assert recovered_error(r, M) < 1e-20 and r.verified
+    # the extra sample leaves one candidate per configuration: (H+1)d² + Hd, no check query
+    links = d - 1 if H >= 2 else 0
+    assert r.diagnostics.combinations == [0] * (d - 1)
+    assert r.queries["design"] == 1 + 2 * H * d + links + (H + 1) * d * (d - 1)
+    assert r.queries["design"] == (H + 1) * d * d + H * d - (d - 1 - links)
+    assert o.max_length <= 2 * H + 1
+
+
+def test_an_extra_sample_that_no_root_reproduces_raises():
+    # H = 2: the extra node is (s, t) = (1, 1), a two-token query with final token q_j, which
+    # _Tampered moves by 1e-12 (before any check query is asked)
+    assert extra_node(2) == (1, 1)
+    M = random_model(2, 3, seed=1)
+    with pytest.raises(PoleError, match="none of the 2 roots .* reproduces the extra sample"):
+        _learn_extra_sample(_Tampered(Oracle(M, precision=DPS)), 3, 2, 1)

@@ -52,7 +52,7 @@ from .lean_roots import complete_roots
 from .solves import HeadMatrices, canonical_heads
 
 __all__ = ["lean_budget", "lean_holdout_count", "lean_nodes", "LeanDirections", "draw_lean", "phase_two_directions", "PhaseOne", "phase_one",
-           "match_links", "BlockRoots", "phase_two_block", "choose_combination", "root_errors", "solve_heads",
+           "match_links", "extra_node", "screen_extra", "BlockRoots", "phase_two_block", "choose_combination", "root_errors", "solve_heads",
            "LeanDiagnostics", "learn_lean", "MAX_COMBINATIONS"]
 
 #: Most combinations of candidate roots one check query may have to examine (a cost limit,
@@ -121,6 +121,45 @@ def lean_nodes(m):
     for x in np.exp(np.linspace(-1, 1, m) * np.log(m / 2 + 1)):
         out.append(min((c for c in cands if c not in out), key=lambda c: abs(math.log(float(c) / x))))
     return [(c.denominator, c.numerator) for c in sorted(out)]
+
+
+def extra_node(m):
+    r"""The :math:`(m+1)`-th node ``(s, t)`` of a phase-2 configuration in the variant with
+    :math:`m+1` samples (``extra_sample=True``): the ratio :math:`t/s` with :math:`s+t\le m+2`
+    not among :func:`lean_nodes` nearest to 1 (in :math:`\log\tau`), so no query is longer
+    than phase 1's :math:`2n+1`.
+
+    Used in: chapter 8."""
+    used = {Fraction(t, s) for s, t in lean_nodes(m)}
+    cands = sorted({Fraction(t, s) for s in range(1, m + 2) for t in range(1, m + 2) if s + t <= m + 2} - used)
+    c = min(cands, key=lambda c: (abs(math.log(float(c))), c))
+    return c.denominator, c.numerator
+
+
+def screen_extra(cands, gamma, tau_e, G_e, *, tau, dG, dgam, tol):
+    r"""The candidate roots of one configuration that also reproduce its extra sample
+    :math:`G_e=\sum_h\gamma_h/(1+\rho_h\tau_e)` (variant with :math:`m+1` samples): in exact
+    mode within ``tol.exact_residual`` times :math:`\max(|G_e|,1)`; in float64 within
+    ``tol.match_safety`` times the prediction's first-order bound
+    :math:`\delta G+\sum_h|B_{eh}|\delta\gamma_h+|\partial_{\ell_h}G_e|\,\delta\ell_h`
+    (:math:`\delta\ell` from :func:`root_errors` on the :math:`m` nodes ``tau``).
+
+    Used in: chapter 8."""
+    out = []
+    te = float(tau_e)
+    for c in cands:
+        pred = mpmath.fsum(g / (1 + r * tau_e) for g, r in zip(gamma, c))
+        res = abs(pred - G_e)
+        if tol.exact:
+            limit = tol.exact_residual * max(abs(G_e), 1)
+        else:
+            rho, g = np.array([float(x) for x in c]), to_float(np.array(gamma, dtype=object))
+            dl = root_errors(g, rho, np.array([float(t) for t in tau]), dG, dgam)
+            A = 1 + rho * te
+            limit = tol.match_safety * (dG + np.abs(1 / A) @ dgam + np.abs(g * rho * te / A ** 2) @ dl)
+        if res <= limit:
+            out.append(c)
+    return out
 
 
 @dataclass
@@ -324,11 +363,16 @@ class BlockRoots:
     tau: list
 
 
-def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps):
+def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps, extra_sample=False):
     r"""Phase 2 for the final token :math:`q_j`: :math:`m` samples of each of the :math:`d`
     configurations (rows of ``U``), every root of each configuration's system, and (when some
     configuration has several real positive roots) the check query with final token
     :math:`q_0+q_j` that chooses the combination. Returns :class:`BlockRoots`.
+
+    With ``extra_sample`` (the variant of chapter 8 with :math:`m+1` samples per configuration)
+    each configuration is also asked at :func:`extra_node`, and only the roots that reproduce
+    that sample stay candidates (:func:`screen_extra`); the check query is asked only when some
+    configuration keeps several.
 
     Raises
     ------
@@ -341,27 +385,33 @@ def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps):
 
     Used in: chapter 8."""
     d, m = len(qj), p1.m
-    pairs = lean_nodes(m)
+    pairs = lean_nodes(m) + ([extra_node(m)] if extra_sample else [])
     tau = [mpmath.mpf(t) / s for s, t in pairs]
     F = _ask_nodes(ask, U, qj, pairs, f"block q_{j}")
     cj = mpmath.fsum(p1.V * qj)
     gamma = np.array([[-mpmath.fsum(U[i] * p1.v[h]) for h in range(m)] for i in range(d)], dtype=object)
+    dG = eps + np.abs(to_float(qj)) @ np.abs(p1.err_v).sum(axis=0)
     cands, tries, seps = [], 0, []
     for i in range(d):
         label = f"block q_{j}, configuration {i + 1}"
-        rs = complete_roots(list(gamma[i]), tau, [F[i, k] - cj for k in range(m)], rng=rng, label=label)
-        if not rs.candidates:
-            raise PoleError(f"{label}: none of the {len(rs.roots)} roots of its system is real and positive: "
-                            "the samples are not of the model's form at this precision")
-        cands.append(rs.candidates)
+        rs = complete_roots(list(gamma[i]), tau[:m], [F[i, k] - cj for k in range(m)], rng=rng, label=label)
+        found = rs.candidates
+        if extra_sample and found:
+            found = screen_extra(found, list(gamma[i]), tau[m], F[i, m] - cj, tau=tau[:m], dG=dG,
+                                 dgam=np.abs(to_float(U[i])) @ p1.err_v.T, tol=tol)
+        if not found:
+            raise PoleError(f"{label}: none of the {len(rs.roots)} roots of its system is real and positive"
+                            + (" and reproduces the extra sample" if extra_sample else "")
+                            + ": the samples are not of the model's form at this precision")
+        cands.append(found)
         tries, seps = tries + rs.tries, seps + [rs.separation]
     if all(len(c) == 1 for c in cands):
         ell = np.array([[mpmath.log(cands[i][0][h]) for i in range(d)] for h in range(m)], dtype=object)
-        return BlockRoots(U, ell, cands, 0, math.inf, tries, min(seps), gamma, tau)
+        return BlockRoots(U, ell, cands, 0, math.inf, tries, min(seps), gamma, tau[:m])
     choice, n_comb, margin = choose_combination(ask, j, qj, q0, U, weights, cands, p1, gamma=gamma, tau=tau,
                                                 tol=tol, eps=eps)
     ell = np.array([[mpmath.log(cands[i][choice[i]][h]) for i in range(d)] for h in range(m)], dtype=object)
-    return BlockRoots(U, ell, cands, n_comb, margin, tries, min(seps), gamma, tau)
+    return BlockRoots(U, ell, cands, n_comb, margin, tries, min(seps), gamma, tau[:m])
 
 
 def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, gamma, tau, tol, eps):
@@ -551,17 +601,22 @@ class LeanDiagnostics:
     root_separation: float
 
 
-def learn_lean(access, opt, tol):
+def learn_lean(access, opt, tol, *, extra_sample=False):
     r"""The lean design's pipeline (``learn(..., design="lean")``): phase 1, phase 2 per final
     token, the solves, the canonical form, :func:`~.checks.finish` (held-out queries reported
     apart). ``access`` is the checked, counting :class:`attnlearn.protocol.Access`.
 
+    ``extra_sample=True`` is the variant with :math:`m+1` samples per phase-2 configuration
+    (:func:`phase_two_block`; at most :math:`(n+1)d^2+nd` queries, plus a check query for a block
+    where the extra sample leaves several candidates); it is not an option of :func:`learn`:
+    chapter 8 measures it (``python benchmarks/lean.py --float64 --extra-sample``).
+
     Used in: chapter 8."""
     with contextlib.nullcontext() if tol.exact else mpmath.workdps(FLOAT_WORK_DPS):
-        return _learn_lean(access, opt, tol)
+        return _learn_lean(access, opt, tol, extra_sample)
 
 
-def _learn_lean(access, opt, tol):
+def _learn_lean(access, opt, tol, extra_sample):
     rng = np.random.default_rng(opt.seed)
     start, d = access.queries, opt.d
     dirs = draw_lean(rng, d)
@@ -577,7 +632,7 @@ def _learn_lean(access, opt, tol):
         Q[:, j] = qj
         Uj = to_mp(phase_two_directions(rng, p1.v, d) * math.sqrt(p1.f))
         blocks.append(phase_two_block(access, j, qj, Uj, dirs.weights[j - 1], p1, q0, rng=rng, tol=tol,
-                                      eps=2 * errors.output))
+                                      eps=2 * errors.output, extra_sample=extra_sample))
     heads = solve_heads(p1, blocks, Q, 2 * errors.output)
     model, estimate = canonical_heads(heads, p1.v, p1.err_v, tol=tol)
     queries = {"design": access.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
