@@ -300,3 +300,26 @@ def test_an_extra_sample_that_no_root_reproduces_raises():
     M = random_model(2, 3, seed=1)
     with pytest.raises(PoleError, match="none of the 2 roots .* reproduces the extra sample"):
         _learn_extra_sample(_Tampered(Oracle(M, precision=DPS)), 3, 2, 1)
+
+
+def test_extra_sample_variant_with_equal_v_still_asks_its_checks():
+    # equal v: the roots are symmetric, the extra sample cannot label them, the check query does
+    d, H = 3, 2
+    M = degenerate("equal-v", H, d, seed=7)
+    o = Oracle(M, precision=DPS)
+    r = _learn_extra_sample(o, d, H, 1)
+    assert recovered_error(r, M) < 1e-20 and all(c > 1 for c in r.diagnostics.combinations)
+    assert r.queries["design"] == 1 + 2 * H * d + (d - 1) + (H + 1) * d * (d - 1) + (d - 1)
+
+
+def test_extra_sample_variant_in_float64_is_within_its_estimate_or_raises():
+    returned = 0
+    for seed in range(4):
+        M = random_model(2, 3, seed=30_000 + seed)
+        try:
+            r = _learn_extra_sample(Oracle(M), 3, 2, seed)
+        except RecoveryError:
+            continue
+        returned += 1
+        assert param_error(r.model, canonical(M)) <= r.error_estimate <= 1
+    assert returned >= 3

@@ -51,9 +51,10 @@ from .fitting import sample_errors
 from .lean_roots import complete_roots
 from .solves import HeadMatrices, canonical_heads
 
-__all__ = ["lean_budget", "lean_holdout_count", "lean_nodes", "LeanDirections", "draw_lean", "phase_two_directions", "PhaseOne", "phase_one",
-           "match_links", "extra_node", "screen_extra", "BlockRoots", "phase_two_block", "choose_combination", "root_errors", "solve_heads",
-           "LeanDiagnostics", "learn_lean", "MAX_COMBINATIONS"]
+__all__ = ["lean_budget", "lean_holdout_count", "lean_nodes", "extra_node", "LeanDirections", "draw_lean",
+           "phase_two_directions", "PhaseOne", "phase_one", "match_links", "screen_extra", "BlockRoots",
+           "phase_two_block", "choose_combination", "root_errors", "solve_heads", "LeanDiagnostics", "learn_lean",
+           "MAX_COMBINATIONS"]
 
 #: Most combinations of candidate roots one check query may have to examine (a cost limit,
 #: not a tolerance: the prototype met up to 92,160 at H = 4, d = 6; each is a few float64
@@ -408,7 +409,7 @@ def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps, extra_samp
     if all(len(c) == 1 for c in cands):
         ell = np.array([[mpmath.log(cands[i][0][h]) for i in range(d)] for h in range(m)], dtype=object)
         return BlockRoots(U, ell, cands, 0, math.inf, tries, min(seps), gamma, tau[:m])
-    choice, n_comb, margin = choose_combination(ask, j, qj, q0, U, weights, cands, p1, gamma=gamma, tau=tau,
+    choice, n_comb, margin = choose_combination(ask, j, qj, q0, U, weights, cands, p1, gamma=gamma, tau=tau[:m],
                                                 tol=tol, eps=eps)
     ell = np.array([[mpmath.log(cands[i][choice[i]][h]) for i in range(d)] for h in range(m)], dtype=object)
     return BlockRoots(U, ell, cands, n_comb, margin, tries, min(seps), gamma, tau[:m])
