@@ -13,18 +13,20 @@ Used in: chapter 5 (the verification stage at work: what each failure kind costs
 caught).
 """
 
+from contextlib import nullcontext
 from fractions import Fraction
 from math import gcd
 
 import mpmath
 import numpy as np
 
-from .._arith import to_float
+from .._arith import to_float, to_mp
 from ..errors import CheckFailedError
-from ..rational import jacobian
+from ..rational import _mp_jacobian, _mpnode, jacobian
 from .asking import ask_nodes
+from .tolerances import MEASURE_DPS
 
-__all__ = ["check_nodes", "check_positions", "verify_fits"]
+__all__ = ["check_nodes", "check_positions", "polish_onto_samples", "verify_fits"]
 
 
 def check_nodes(nodes, k):
@@ -63,13 +65,49 @@ def _node(ratio, exact):
     return mpmath.mpf(r.numerator) / r.denominator if exact else float(r)
 
 
-def _residual(state, pos, ts, exact):
-    r"""The largest :math:`|F(t_i)-c-G(t_i)|` of the stored fits ``pos`` on their own samples,
-    float64: measured, not taken from the fit (the calibration of the constants updates a fit's
-    :math:`(\ell,\gamma)` to first order, which leaves a residual of its own)."""
-    F = state.F[pos] - state.const[pos][:, None]
-    pred = np.stack([_predict(state.ell[pos], state.gamma[pos], _node(t, exact), exact) for t in ts], axis=1)
-    return np.abs(to_float(F - pred)).max(axis=1)
+def polish_onto_samples(F, ell, gam, ts, *, exact, steps=3):
+    r"""``steps`` Gauss-Newton steps of each fit (rows of ``ell``, ``gam``) onto its own samples ``F``
+    (constant removed), at :data:`~.tolerances.MEASURE_DPS` digits for float64 fits (converted
+    exactly) or at the working precision in exact mode.
+
+    Returns the polished :math:`(\ell,\gamma)` (object arrays of mpf) and, float64, the largest
+    miss of the samples before and after the steps.
+
+    Notes
+    -----
+    A stored fit misses its samples by :math:`r_i=F(t_i)-G(t_i)`: an ill-conditioned float64 fit with
+    as many unknowns as samples reports no residual and can miss them by :math:`10^3`-:math:`10^6`
+    times the output error, and the calibration of the constants updates a fit to first order. Each
+    step :math:`\delta=J^+r` moves the fit towards the one its samples determine (quadratically), so
+    the prediction of a check query is that of the samples and not of the fit's inaccuracy; what
+    the steps leave is measured and enters the bound (:func:`verify_fits`).
+    """
+    C, H = ell.shape
+    out_ell, out_gam = np.empty((C, H), dtype=object), np.empty((C, H), dtype=object)
+    before, after = np.zeros(C), np.zeros(C)
+    with nullcontext() if exact else mpmath.workdps(max(MEASURE_DPS, mpmath.mp.dps)):
+        tt = [_mpnode(t) for t in ts]
+        for c in range(C):
+            e, g = [to_mp(ell[c])[h] for h in range(H)], [to_mp(gam[c])[h] for h in range(H)]
+            Fc = to_mp(F[c])
+
+            def miss(e, g):
+                rho = [mpmath.exp(x) for x in e]
+                return mpmath.matrix([Fc[i] - mpmath.fsum(g[h] / (1 + rho[h] * tt[i]) for h in range(H))
+                                      for i in range(len(tt))])
+
+            r = miss(e, g)
+            before[c] = float(max(abs(x) for x in r))
+            for _ in range(steps if H else 0):  # no head: nothing to move
+                try:
+                    step, _ = mpmath.qr_solve(_mp_jacobian(tt, [mpmath.exp(x) for x in e], g), r)
+                except ZeroDivisionError:  # a singular Jacobian (two equal poles): keep the fit as it is
+                    break
+                e, g = [e[h] + step[h] for h in range(H)], [g[h] + step[H + h] for h in range(H)]
+                r = miss(e, g)
+            after[c] = float(max(abs(x) for x in r))
+            out_ell[c], out_gam[c] = e, g
+    return out_ell, out_gam, before, after
 
 
 def _prediction_weights(ts, ell, gam, tau):
@@ -93,7 +131,8 @@ def verify_fits(ask, design, state, nodes, *, count, eps_out, tol):
     The prediction :math:`c+G(\tau)` of the check node :math:`\tau=t/s` depends on the
     samples :math:`F(t_i)` through the fit with weights :math:`w=J^{+\top}\nabla G(\tau)`
     (:math:`J` the fit's Jacobian); with every sample within :math:`\varepsilon` plus the fit's
-    residual :math:`r` (measured on the samples, :func:`_residual`), and the constant within
+    miss :math:`r` of its samples left by one Gauss-Newton step (:func:`polish_onto_samples`, which
+    corrects the prediction for the fit's miss to first order), and the constant within
     :math:`\delta c` (it shifts the samples and the prediction alike), the prediction is off by at most
     :math:`(\varepsilon+r)\sum_i|w_i|+\delta c\,|1-\sum_iw_i|` to first order, and the
     answer itself by :math:`\varepsilon`: a tight bound, so that undeclared noise a few times
@@ -114,18 +153,22 @@ def verify_fits(ask, design, state, nodes, *, count, eps_out, tol):
     pairs = check_nodes(nodes, per)
     exact = tol.exact
     y = ask_nodes(ask, design.u[pos], design.qtok, design.qidx[pos], pairs, "the check queries")
+    # the fits polished onto their own samples: the prediction is the samples', not the rounding's
+    Fs = state.F[pos] - state.const[pos][:, None]
+    ell, gam, _, r = polish_onto_samples(Fs, state.ell[pos], state.gamma[pos], nodes.ts, exact=exact)
     ws, preds = [], []
-    for s, t in pairs:
-        tau = _node(Fraction(t, s), exact)
-        preds.append(state.const[pos] + _predict(state.ell[pos], state.gamma[pos], tau, exact))
-        ws.append(_prediction_weights(nodes.ts, state.ell[pos], state.gamma[pos], tau))
-    pred = np.stack(preds, axis=1)  # (k', nodes)
+    with nullcontext() if exact else mpmath.workdps(max(MEASURE_DPS, mpmath.mp.dps)):
+        for s, t in pairs:
+            tau = _node(Fraction(t, s), True)
+            preds.append(to_mp(state.const[pos]) + _predict(ell, gam, tau, True))
+            ws.append(_prediction_weights(nodes.ts, ell, gam, tau))
+        pred = np.stack(preds, axis=1)  # (k', nodes)
+        miss = np.abs(to_float(to_mp(y) - pred))
     w = np.stack(ws, axis=1)  # (k', nodes, m)
-    # every sample within eps_out plus the fit's own residual; the constant shifts samples and
-    # prediction alike, so it enters with 1 - sum(w)
-    sample_err = (eps_out + _residual(state, pos, nodes.ts, exact))[:, None]
+    # every sample within eps_out plus what the polish left of the fit's miss (second order); the
+    # constant shifts samples and prediction alike, so it enters with 1 - sum(w)
+    sample_err = (eps_out + r)[:, None]
     bound = eps_out + sample_err * np.abs(w).sum(axis=2) + state.const_err[pos][:, None] * np.abs(1 - w.sum(axis=2))
-    miss = np.abs(to_float(y - pred))
     bad = ~(miss <= tol.check_safety * bound)
     if bad.any():
         i, j = np.argwhere(bad)[0]
