@@ -15,14 +15,15 @@ import pytest
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 ROW = re.compile(r"^\|\s*(C\d)\s*\|")
+BEYOND = re.compile(r"^\|\s*(B\d)\s*\|")  # "beyond the paper" rows (chapter 8)
 GLUE = re.compile(r"\{glue:text\}`([^`:]+)::([a-z0-9_]+):s`")
 
 
-def ledger_rows(text):
-    """{claim: [(notebook, key), ...]} from the table of claims.md."""
+def ledger_rows(text, row=ROW):
+    """{claim: [(notebook, key), ...]} from the table of claims.md (the rows ``row`` matches)."""
     rows = {}
     for line in text.splitlines():
-        m = ROW.match(line)
+        m = row.match(line)
         if m:
             rows[m.group(1)] = GLUE.findall(line)
     return rows
@@ -122,3 +123,12 @@ def test_a_row_without_figure_is_caught():
     problems = check_claim("C9", [("06_transformer_extension.ipynb", "c9_figure"),
                                   ("06_transformer_extension.ipynb", "c9_stutus")], _load)
     assert problems
+
+
+def test_beyond_the_paper_rows_are_glued_consistent_and_reproduced():
+    rows = ledger_rows((BOOK / "claims.md").read_text(), BEYOND)
+    assert sorted(rows) == ["B1"]
+    for claim, refs in rows.items():
+        assert check_claim(claim, refs, _load) == []
+        path, key = next(r for r in refs if r[1].endswith("_status"))
+        assert glued(_load(path), key)[0] == "reproduced"

@@ -17,6 +17,8 @@ module                    stage
 :mod:`.solves`            weighted least squares for :math:`w_{h,k}`, :math:`v_h`, :math:`W_h`
 :mod:`.checks`            head count, first-order range, significance, held-out finish
 :mod:`.results`           :class:`Recovery` and its :class:`Diagnostics`
+:mod:`.lean`              the lean design of chapter 8 (``design="lean"``)
+:mod:`.lean_roots`        every root of a lean configuration's polynomial system
 ========================  ==================================================================
 """
 

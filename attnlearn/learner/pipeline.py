@@ -29,6 +29,7 @@ from .constants import fit_calibrated, set_constants, solve_V
 from .design import build_design, draw_directions, node_pairs
 from .fitting import ConfigState, collect_fits, fit_block_one, sample_errors
 from .labelling import label_crosses, label_links
+from .lean import lean_budget, lean_holdout_count, learn_lean
 from .results import Diagnostics, query_budget
 from .robust import redraw
 from .scale import find_scale
@@ -162,15 +163,19 @@ def check_cost(parts, longest, *, max_queries, max_length, n):
                          f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
 
 
-def learn_cost(d, n, *, robust, holdout, bias=False):
+def learn_cost(d, n, *, robust, holdout, bias=False, design="paper"):
     """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
-    the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7), robust mode's
-    :math:`d-1` constants and the held-out queries (robust mode's redraws depend on the answers and
-    are not counted). With ``bias`` the biased design's :math:`4nd^2+4nd-2n+1` and :math:`d`
-    constants (:func:`~.bias.bias_budget`)."""
-    count, longest = bias_budget(d, n) if bias else query_budget(d, n)
-    parts = {"design": count, "constants": (d if bias else d - 1) if robust else 0,
-             "held-out": holdout_count(holdout, n)}
+    the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7; with
+    ``design="lean"`` at most :math:`n(d^2+d)+2d-1`, :func:`~.lean.lean_budget`; with ``bias`` the
+    biased design's :math:`4nd^2+4nd-2n+1`, :func:`~.bias.bias_budget`), robust mode's :math:`d-1`
+    constants (:math:`d` with ``bias``) and the verification queries (:func:`holdout_count`; the lean
+    design's :func:`~.lean.lean_holdout_count`) (robust mode's redraws depend on the answers and are
+    not counted)."""
+    if design == "lean":
+        (count, longest), held_out = lean_budget(d, n), lean_holdout_count(holdout, n)
+    else:
+        (count, longest), held_out = (bias_budget(d, n) if bias else query_budget(d, n)), holdout_count(holdout, n)
+    parts = {"design": count, "constants": (d if bias else d - 1) if robust else 0, "held-out": held_out}
     return parts, longest
 
 
@@ -192,10 +197,14 @@ class Options:
     nodes: str
     scale: str = "probe"
     bias: bool = False
+    design: str = "paper"
+
+
+DESIGNS = ("paper", "lean")
 
 
 def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
-             redraw_rounds, max_queries, max_length, scale="probe", bias=False):
+             redraw_rounds, max_queries, max_length, scale="probe", bias=False, design="paper"):
     """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults, refuse an absurd
     cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
     if (heads is None) == (max_heads is None):
@@ -203,6 +212,12 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
     d = check_oracle(oracle, d)
     tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
+    if not isinstance(design, str) or design not in DESIGNS:
+        raise ValueError(f'design must be "paper" or "lean", got {design!r}')
+    if design == "lean" and robust is True:
+        raise ValueError('robust=True is an option of design="paper"; design="lean" asks no block constant')
+    if design == "lean" and nodes is not None:
+        raise ValueError('nodes is an option of design="paper"; design="lean" chooses its own nodes')
     if method not in ("linearised", "loewner"):
         raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
     robust = check_flag(robust, "robust")
@@ -232,16 +247,19 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     bias = check_flag(bias, "bias")
     max_queries = check_count(max_queries, "max_queries")
     max_length = check_count(max_length, "max_length")
-    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias)
+    if design == "lean" and (bias or scale != "probe"):
+        raise ValueError('bias=True and scale="search" are options of design="paper" (the lean design learns '
+                         "the paper's model at the probe's scale)")
+    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias, design=design)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
                    nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds, scale=scale,
-                   bias=bias), tol
+                   bias=bias, design=design), tol
 
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
-          max_length=MAX_LENGTH, scale="probe", bias=False):
+          max_length=MAX_LENGTH, scale="probe", bias=False, design="paper"):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -321,6 +339,14 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :math:`4nd^2+4nd-2n+1` design queries; ``recovery.model`` is then a scalar
         :class:`attnlearn.layer.AttentionLayer` with ``c`` and ``b``. Default False (the
         paper's model and design, unchanged).
+    design : {"paper", "lean"}, keyword-only
+        The query design: the paper's :math:`4nd^2-2n+1` queries (the default, claims C6, C7)
+        or the lean design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most
+        (:math:`d^2+d+1` for one head), longest :math:`2n+1`, exact mode or float64
+        (:func:`attnlearn.learner.lean.learn_lean`). ``nodes`` and ``robust`` are the paper
+        design's options. The lean design's verification queries are held-out random sequences
+        only, :math:`\max(\text{holdout},2n+1)` of them (its links and check queries test its
+        fits inside its count).
 
     Returns
     -------
@@ -370,10 +396,11 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
                         method=method, robust=robust, seed=seed, output_error=output_error,
                         redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale,
-                        bias=bias)
+                        bias=bias, design=design)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with working_precision(oracle):
-        return (learn_biased if opt.bias else _pipeline)(oracle, opt, tol)
+        pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
+        return pipeline(oracle, opt, tol)
 
 
 def _pipeline(oracle, opt, tol):

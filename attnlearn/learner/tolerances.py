@@ -174,6 +174,11 @@ class Tolerances:
         float64 normal equations: a second refinement step larger than :math:`10^{-2}` times
         the solution's error bound means the step does not contract (:math:`A_w` too
         ill-conditioned): QR for that system.
+    lean_separation : float
+        float64, ``design="lean"``: when several combinations of candidate roots lie within
+        their (worst-case, first-order) bounds of a check query's answer, the best is kept
+        only if the runner-up's residual is :math:`10^3` times larger (chapter 8 measures
+        the resulting share of raised and silent runs).
     v_rows_per_dim : int
         float64: :math:`v_h` is solved from the ``4 d`` most accurate of its equations (they
         carry nearly all the weight; the rest would multiply the cost by :math:`d/2` at
@@ -216,6 +221,7 @@ class Tolerances:
     outlier_rounds: int = 3
     refinement: float = 1e-2
     v_rows_per_dim: int = 4
+    lean_separation: float = 1e3
 
     @classmethod
     def for_mode(cls, *, exact, dps=None):
