@@ -101,8 +101,8 @@ def test_polish_onto_samples_moves_a_fit_onto_its_samples(exact, H):
 def test_undeclared_noise_at_d1_is_seen_once_the_fit_is_polished(seed):
     # float64, d = 1, H = 3, undeclared noise 1e-12: these three passed the check queries and returned
     # parameter errors 0.06-0.46 with estimates 3e-4-2e-2, because their fits miss their own samples by
-    # 1e3-1e6 x the output error and that miss widened the check's bound; one Gauss-Newton step at 40
-    # digits puts each fit on its samples (miss < 1e-30), and the check query sees the noise
+    # 1e3-1e6 x the output error and that miss widened the check's bound; three Gauss-Newton steps at 40
+    # digits put each fit on its samples (miss < 1e-30), and the check query sees the noise
     model = random_model(3, 1, seed=seed)
     oracle = Oracle(model, noise=UniformNoise(1e-12), seed=seed)
     with pytest.raises(CheckFailedError, match=r"check query on base\(1,1\) .* missed by .* > 10 x that bound"):

@@ -11,9 +11,11 @@ from .._arith import to_float, to_mp
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError, IllConditionedError
 from .fitting import scale_back
+from ..model import MultiHeadAttention
 from .results import Recovery
 
-__all__ = ["check_head_count", "check_first_order", "check_significant", "check_fits", "holdout_batches", "finish"]
+__all__ = ["check_head_count", "check_first_order", "check_significant", "check_fits", "holdout_batches", "finish",
+           "zero_function"]
 
 
 def check_head_count(found, n, *, heads_given, output_error, eps_out):
@@ -136,7 +138,7 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
             f"first-order error estimate {estimate:.1e} exceeds 1 (100% relative error): the interpolation is "
             f"too ill-conditioned for this model at output error {eps_out:.1e} ("
             + ("a smaller output_error, more digits or more heads=" if tol.exact
-               else "use exact mode, robust=True, or fewer heads") + ")"
+               else "use exact mode, robust=True (design=\"paper\"), or fewer heads") + ")"
         )
     queries["total"] = (queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
                         + queries.get("scale", 0))
@@ -145,3 +147,21 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
                     output_error=scale_back(eps_out, eps_out, stated),
                     error_estimate=scale_back(estimate, eps_out, stated), sensitivity=sensitivity,
                     holdout_error=holdout_error, diagnostics=diagnostics, verified=bool(verified))
+
+
+def zero_function(d, *, output_error, eps_out, exact):
+    """No canonical head: the zero function of width ``d``, unless the user stated an output error,
+    which makes its certification impossible (every design: paper, lean).
+
+    Raises
+    ------
+    IllConditionedError
+        With ``output_error`` stated: neither a head nor its absence can be certified.
+    """
+    if output_error is not None:
+        raise IllConditionedError(
+            f"every configuration is within the output error ({eps_out:.1e}) of the zero function: with "
+            "noisy outputs no canonical head can be certified, nor their absence"
+        )
+    dt = object if exact else float
+    return MultiHeadAttention(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt))

@@ -42,10 +42,9 @@ import numpy as np
 
 from .._arith import mp_solve, to_float, to_mp
 from ..errors import IllConditionedError, PoleError, UnmatchedHeadsError
-from ..model import MultiHeadAttention
 from ..rational import fit_checked, fit_min_degree
 from .asking import ask_nodes
-from .checks import check_significant, finish
+from .checks import check_significant, finish, zero_function
 from .design import node_pairs, scale_factor, unit_rows
 from .fitting import sample_errors
 from .lean_roots import complete_roots
@@ -651,7 +650,7 @@ def _finish_zero(access, p1, errors, start, opt, rng, tol):
     """No canonical head: the zero function (phase 1 alone), checked like any return."""
     queries = {"design": access.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
     diag = LeanDiagnostics(0, p1.f, [], [], [], [], 0, math.inf)
-    model = MultiHeadAttention(np.zeros((0, opt.d, opt.d), dtype=object), np.zeros((0, opt.d), dtype=object))
+    model = zero_function(opt.d, output_error=opt.output_error, eps_out=errors.output, exact=tol.exact)
     return finish(access, model, queries, diag, max_length=access.max_length, eps_out=errors.output,
                   stated=errors.stated, estimate=0.0, holdout=opt.holdout, rng=rng, f=p1.f, tol=tol,
                   verified=opt.holdout > 0)

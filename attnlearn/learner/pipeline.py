@@ -20,11 +20,9 @@ import numpy as np
 from .._arith import to_mp, working_precision
 from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
-from ..errors import IllConditionedError
-from ..model import MultiHeadAttention
 from .asking import ask_constants, ask_design
 from .bias import bias_budget, learn_biased
-from .checks import check_fits, finish
+from .checks import check_fits, finish, zero_function
 from .constants import fit_calibrated, set_constants, solve_V
 from .design import build_design, draw_directions, node_pairs
 from .fitting import ConfigState, collect_fits, fit_block_one, sample_errors
@@ -214,13 +212,13 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
     if not isinstance(design, str) or design not in DESIGNS:
         raise ValueError(f'design must be "paper" or "lean", got {design!r}')
-    if design == "lean" and robust is True:
-        raise ValueError('robust=True is an option of design="paper"; design="lean" asks no block constant')
-    if design == "lean" and nodes is not None:
-        raise ValueError('nodes is an option of design="paper"; design="lean" chooses its own nodes')
     if method not in ("linearised", "loewner"):
         raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
     robust = check_flag(robust, "robust")
+    if design == "lean" and robust:
+        raise ValueError('robust=True is an option of design="paper"; design="lean" asks no block constant')
+    if design == "lean" and nodes is not None:
+        raise ValueError('nodes is an option of design="paper"; design="lean" chooses its own nodes')
     if oracle.exact and robust:
         raise ValueError("robust=True is a float64 mode; exact mode needs no extra queries")
     holdout = check_count(tol.holdout if holdout is None else holdout, "holdout", 0)
@@ -278,8 +276,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         takes, but not a bool or a float).
     robust : bool, keyword-only
         float64 practice mode: query each block's constant :math:`V^\top q_k` directly
-        (:math:`d-1` extra queries, reported) instead of deriving it from the learned
-        :math:`V`, and redraw ill-conditioned configurations (reported).
+        (:math:`d-1` extra queries, :math:`d` with ``bias=True``, reported) instead of deriving
+        it from the learned :math:`V`, and redraw ill-conditioned configurations (reported).
+        ``design="paper"`` only.
     output_error : float, optional, keyword-only
         Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
         :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
@@ -292,16 +291,20 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         stays exact, ``recovery.queries["design"]``): first up to 4 check queries that the
         fits must predict (:mod:`attnlearn.learner.verify`), then held-out random sequences
         the model must reproduce. Default 8 in exact mode and 32 in float64; with 0 the
-        result is returned unverified (``recovery.verified`` False).
+        result is returned unverified (``recovery.verified`` False). ``design="lean"`` asks
+        held-out sequences only, :math:`\max(\text{holdout},2n+1)` of them (its links and
+        check queries test its fits inside its count).
     spread : float, optional, keyword-only
         Target for :math:`\max_h|\ell_h|`: after the first configuration the query
         vectors are rescaled so that the pole positions spread about this much. Default
         3 in exact mode, where the oracle's rounding is far below float64's and
         wider-spread poles interpolate better; in float64 1 with the paper's nodes and 2
         with ``nodes="ratios"``, which see poles on both sides of :math:`\ell=0`
-        (chapters 3 and 4 measure the choices).
+        (chapters 3 and 4 measure the choices). ``design="lean"`` takes the float64 default
+        of the paper's nodes (1), with which chapter 8 measured it.
     method : {"linearised", "loewner"}, keyword-only
-        float64 interpolation formulation (chapter 3 compares them).
+        float64 interpolation formulation (chapter 3 compares them); ``design="paper"`` only
+        (``design="lean"`` fits with the default).
     redraw_rounds : int, keyword-only
         Robust mode: how many times (an integer :math:`\ge 0`) ill-conditioned configurations are redrawn (each
         redraw costs :math:`2n` queries per configuration, reported in
@@ -359,8 +362,10 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         without ``.d``/``.exact``/``.dps``/``.batch``), naming it.
     ValueError
         An argument out of range (e.g. ``redraw_rounds=-1``, ``output_error=nan``), naming it;
-        or a request costing more than ``max_queries`` queries or ``max_length`` tokens per
-        query, with its count and longest query. Both are raised before any query.
+        options that do not go together (``design="lean"`` with ``robust=True``, ``nodes=``,
+        ``bias=True`` or ``scale="search"``; ``scale="search"`` in exact mode); or a request
+        costing more than ``max_queries`` queries or ``max_length`` tokens per query, with its
+        count and longest query. All are raised before any query.
     RecoveryError
         A subclass naming the configuration and the residual when a check fails:
         :class:`PoleError`, :class:`InconsistentHeadCountError`,
@@ -450,7 +455,7 @@ def _pipeline(oracle, opt, tol):
     diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe=probe)
     # ---- labelling and solves: links label each block, crosses label the blocks
     if H == 0:
-        model, estimate = _zero_function(d, opt, errors, tol), 0.0
+        model, estimate = zero_function(d, output_error=opt.output_error, eps_out=errors.output, exact=tol.exact), 0.0
     else:
         eq, links = label_links(state, design.table, design.labels, tol=tol,
                                 pre_links=None if pre is None else pre.links)
@@ -480,14 +485,3 @@ def _diagnostics(state, design, nodes, *, V, pre, calib, probe):
         V=V.V,
         redrawn=pre.redrawn if pre is not None else [], redrawn_blocks=pre.blocks if pre is not None else [],
         calibration=None if calib is None else calib.summary())
-
-
-def _zero_function(d, opt, errors, tol):
-    """No canonical head: the zero function, unless the output error makes its certification impossible."""
-    if opt.output_error is not None:
-        raise IllConditionedError(
-            f"every configuration is within the output error ({errors.output:.1e}) of the zero function: with "
-            "noisy outputs no canonical head can be certified, nor their absence"
-        )
-    dt = object if tol.exact else float
-    return MultiHeadAttention(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt))

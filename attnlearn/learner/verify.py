@@ -24,7 +24,7 @@ from .._arith import to_float, to_mp
 from ..errors import CheckFailedError
 from ..rational import _mp_jacobian, _mpnode, jacobian
 from .asking import ask_nodes
-from .tolerances import MEASURE_DPS
+from .tolerances import MEASURE_DPS, POLISH_STEPS
 
 __all__ = ["check_nodes", "check_positions", "polish_onto_samples", "verify_fits"]
 
@@ -65,10 +65,25 @@ def _node(ratio, exact):
     return mpmath.mpf(r.numerator) / r.denominator if exact else float(r)
 
 
-def polish_onto_samples(F, ell, gam, ts, *, exact, steps=3):
+def polish_onto_samples(F, ell, gam, ts, *, exact, steps=POLISH_STEPS):
     r"""``steps`` Gauss-Newton steps of each fit (rows of ``ell``, ``gam``) onto its own samples ``F``
     (constant removed), at :data:`~.tolerances.MEASURE_DPS` digits for float64 fits (converted
     exactly) or at the working precision in exact mode.
+
+    Parameters
+    ----------
+    F : array (C, m)
+        The samples less their constants.
+    ell, gam : array (C, H)
+        The stored fits (float64 or mpf).
+    ts : sequence of int or Fraction
+        The nodes :math:`t_i`.
+    exact : bool, keyword-only
+        Exact mode (work at the current mpmath precision) or float64.
+    steps : int, keyword-only
+        Gauss-Newton steps (:data:`~.tolerances.POLISH_STEPS`).
+
+    Used in: chapter 5 (the verification stage).
 
     Returns the polished :math:`(\ell,\gamma)` (object arrays of mpf) and, float64, the largest
     miss of the samples before and after the steps.
@@ -131,7 +146,7 @@ def verify_fits(ask, design, state, nodes, *, count, eps_out, tol):
     The prediction :math:`c+G(\tau)` of the check node :math:`\tau=t/s` depends on the
     samples :math:`F(t_i)` through the fit with weights :math:`w=J^{+\top}\nabla G(\tau)`
     (:math:`J` the fit's Jacobian); with every sample within :math:`\varepsilon` plus the fit's
-    miss :math:`r` of its samples left by one Gauss-Newton step (:func:`polish_onto_samples`, which
+    miss :math:`r` of its samples left by three Gauss-Newton steps (:func:`polish_onto_samples`, which
     corrects the prediction for the fit's miss to first order), and the constant within
     :math:`\delta c` (it shifts the samples and the prediction alike), the prediction is off by at most
     :math:`(\varepsilon+r)\sum_i|w_i|+\delta c\,|1-\sum_iw_i|` to first order, and the
