@@ -1,6 +1,6 @@
 r"""The multi-head learner (DESIGN §4; claims C3-C7), one module per stage.
 
-Used in: chapter 4 (introduced, with the exact counts), chapters 5 and 6. The book's page
+Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 8. The book's page
 "Reading the code" maps each stage to its module and each module to its chapter:
 
 ========================  ==================================================================
@@ -16,6 +16,9 @@ module                    stage
 :mod:`.labelling`         links label each block, crosses label the blocks
 :mod:`.solves`            weighted least squares for :math:`w_{h,k}`, :math:`v_h`, :math:`W_h`
 :mod:`.checks`            head count, first-order range, significance, held-out finish
+:mod:`.verify`            check queries the fits must predict (the verification stage)
+:mod:`.scale`             the query scale: probe, or search (``scale="search"``, chapter 7)
+:mod:`.bias`              score biases and output offset (``bias=True``, chapter 7)
 :mod:`.results`           :class:`Recovery` and its :class:`Diagnostics`
 :mod:`.lean`              the lean design of chapter 8 (``design="lean"``)
 :mod:`.lean_roots`        every root of a lean configuration's polynomial system

@@ -609,7 +609,7 @@ def learn_lean(access, opt, tol, *, extra_sample=False):
     ``extra_sample=True`` is the variant with :math:`m+1` samples per phase-2 configuration
     (:func:`phase_two_block`; at most :math:`(n+1)d^2+nd` queries, plus a check query for a block
     where the extra sample leaves several candidates); it is not an option of :func:`learn`:
-    chapter 8 measures it (``python benchmarks/lean.py --float64 --extra-sample``).
+    chapter 8 measures it (``python benchmarks/lean.py --float64 --designs lean+1``).
 
     Used in: chapter 8."""
     with contextlib.nullcontext() if tol.exact else mpmath.workdps(FLOAT_WORK_DPS):
