@@ -43,9 +43,10 @@ TOL = Tolerances.for_mode(exact=False)  # float64 only
 
 @dataclass(repr=False)
 class VectorRecovery:
-    r"""What :func:`learn_vector` recovered.
+    r"""What :func:`learn_vector` recovered (built by it; every parameter is kept as the
+    attribute of the same name).
 
-    Attributes
+    Parameters
     ----------
     model : AttentionLayer
         Canonical heads :math:`W_h` and their maps :math:`A_h` (shape (H', k, d)).
@@ -68,6 +69,8 @@ class VectorRecovery:
         True when stage 1 passed its verification stage (``scalar.verified``) and the maps
         reproduced every output of its verification queries (counted in
         ``queries["holdout"]``, apart from the design); False with ``holdout=0``.
+
+    Used in: chapter 7.
     """
 
     model: AttentionLayer
