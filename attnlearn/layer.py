@@ -93,13 +93,40 @@ class AttentionLayer:
         return f"AttentionLayer(H={self.H}, d={self.d}, k={'scalar' if self.scalar else self.k}{bias}, {kind})"
 
     def to_mpmath(self):
-        """The same layer with mpmath entries (float64 values are taken exactly)."""
+        """The same layer with mpmath entries (float64 values are taken exactly).
+
+        Returns
+        -------
+        AttentionLayer
+            :math:`W_h`, the maps, :math:`c_h` and the offset as mpmath numbers (exact mode's
+            oracle in chapter 7 reads this copy).
+
+        Used in: chapter 7.
+        """
         conv = lambda p: None if p is None else to_mp(p)  # noqa: E731
         b = None if self.b is None else conv(self.b).reshape(() if self.scalar else self.k)
         return AttentionLayer(to_mp(self.W), to_mp(self.A), c=conv(self.c), b=b)
 
     def readout(self, r):
-        r"""The scalar layer :math:`r^\top F`: :math:`v_h=A_h^\top r`, offset :math:`r^\top b`."""
+        r"""The scalar layer :math:`r^\top F`: :math:`v_h=A_h^\top r`, offset :math:`r^\top b`.
+
+        Parameters
+        ----------
+        r : array_like (k,)
+            The read-out, one weight per output.
+
+        Returns
+        -------
+        AttentionLayer
+            A scalar layer with the same :math:`W_h` and :math:`c_h`.
+
+        Raises
+        ------
+        ValueError
+            The layer is already scalar, or ``r`` does not have shape ``(k,)``.
+
+        Used in: chapter 7 (a vector layer read out by :math:`r`).
+        """
         if self.scalar:
             raise ValueError("readout: this layer is already scalar (A of shape (H, d))")
         r = as_real_array(r, "readout")
@@ -113,10 +140,16 @@ class AttentionLayer:
         r"""The paper's model :math:`\{(W_h,v_h)\}` of a scalar layer without biases (what
         :func:`attnlearn.learn` recovers and :func:`attnlearn.param_error` compares).
 
+        Returns
+        -------
+        MultiHeadAttention
+
         Raises
         ------
         ValueError
             A vector layer (read it out first) or a layer with biases.
+
+        Used in: chapter 7 (:func:`attnlearn.torch.from_torch` of a layer without biases).
         """
         if not self.scalar:
             raise ValueError("heads: a vector layer has no single v_h; take .readout(r) first")

@@ -246,6 +246,15 @@ class TorchOracle:
         -------
         float
 
+        Raises
+        ------
+        TypeError
+            ``max_norm`` or ``safety`` not a real number; ``max_length`` or ``per_length`` not
+            an integer.
+        ValueError
+            ``max_norm`` or ``safety`` not positive and finite; ``max_length`` or
+            ``per_length`` below 1.
+
         Notes
         -----
         Measured at :math:`d=16` on PyTorch's default initialisation: the relative discrepancy
@@ -256,10 +265,14 @@ class TorchOracle:
         Used in: chapter 7.
         """
         for name, v in (("max_norm", max_norm), ("safety", safety)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (np.isfinite(v) and v > 0):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}")
+            if not (np.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a positive finite number, got {v!r}")
         for name, v in (("max_length", max_length), ("per_length", per_length)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, got {type(v).__name__} {v!r}")
+            if v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         ref = copy.deepcopy(self.module).to(torch.float64)
         rng = np.random.default_rng(seed)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .errors import CheckFailedError, IllConditionedError
 from .layer import AttentionLayer
-from .learner.pipeline import check_seed, learn
+from .learner.pipeline import check_flag, check_seed, learn
 from .learner.tolerances import Tolerances
 from .model import softmax_numerators
 from .protocol import Access
@@ -43,9 +43,10 @@ TOL = Tolerances.for_mode(exact=False)  # float64 only
 
 @dataclass(repr=False)
 class VectorRecovery:
-    r"""What :func:`learn_vector` recovered.
+    r"""What :func:`learn_vector` recovered (built by it; every parameter is kept as the
+    attribute of the same name).
 
-    Attributes
+    Parameters
     ----------
     model : AttentionLayer
         Canonical heads :math:`W_h` and their maps :math:`A_h` (shape (H', k, d)).
@@ -68,6 +69,8 @@ class VectorRecovery:
         True when stage 1 passed its verification stage (``scalar.verified``) and the maps
         reproduced every output of its verification queries (counted in
         ``queries["holdout"]``, apart from the design); False with ``holdout=0``.
+
+    Used in: chapter 7.
     """
 
     model: AttentionLayer
@@ -132,9 +135,12 @@ def learn_vector(oracle, d, *, heads=None, max_heads=None, seed=0, **options):
 
     Raises
     ------
-    TypeError, ValueError
+    TypeError
+        As :func:`attnlearn.learn`; ``bias`` not a bool.
+    ValueError
         As :func:`attnlearn.learn`; a scalar oracle (no ``.outputs``) or an exact one;
-        ``bias=True`` (the maps are learned for the paper's scores only).
+        ``bias=True`` (the maps are learned for the paper's scores only); a ``design`` other
+        than ``"paper"``.
     RecoveryError
         Stage 1's errors; :class:`~attnlearn.errors.CheckFailedError` when the maps miss the
         held-out answers; :class:`~attnlearn.errors.IllConditionedError` when the estimate
@@ -150,9 +156,12 @@ def learn_vector(oracle, d, *, heads=None, max_heads=None, seed=0, **options):
 
     Used in: chapter 7.
     """
-    if options.get("bias", False) is not False:
+    if check_flag(options.get("bias", False), "bias"):
         raise ValueError("learn_vector does not learn score biases or an offset (bias=True): read the layer out "
                          "with a vector r and use attnlearn.learn(..., bias=True)")
+    if options.get("design", "paper") != "paper":
+        raise ValueError(f'learn_vector learns with design="paper" only, got design={options["design"]!r} (its '
+                         "maps are solved from the paper design's queries)")
     access = Access(oracle, d, vector=True)
     if access.outputs is None:
         raise ValueError("learn_vector needs a vector oracle (.outputs = k answers per query); for one number "

@@ -5,6 +5,7 @@
     python benchmarks/torch_layers.py --dtype float32     # float32 modules (output_error from the module)
     python benchmarks/torch_layers.py --vector            # readout=None: value-output maps, H = 2, d = 8
     python benchmarks/torch_layers.py --bias drawn --heads 1 2   # bias=True, biases drawn N(0, 1), learn(bias=True)
+    python benchmarks/torch_layers.py --heads 4 --json out.json  # ... and save every run (chapter 7 loads them)
 
 Every model is ``torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True)`` with PyTorch's
 default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a random
@@ -23,9 +24,14 @@ Columns: ``recovered`` (share of the models whose relative parameter error is at
 target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (over the returns),
 ``queries`` (median of the total, held-out included), ``raised`` (a ``RecoveryError``),
 ``silent`` (a return whose error exceeds 10 times its ``error_estimate``: must be 0).
+
+``--json PATH`` writes every run as a record (``d``, ``H``, ``mode``, ``dtype``, ``bias``,
+``seed``, ``outcome`` "returned" or the exception's name, ``error``, ``estimate``, ``target``,
+``silent``, ``queries``; a return's ``probe_scales``, a raise's ``message``); chapter 7 loads ``benchmarks/results/torch_*.json``.
 """
 
 import argparse
+import json
 import time
 import warnings
 
@@ -71,14 +77,28 @@ def run(d, H, i, *, mode, dtype, bias="none"):
             warnings.simplefilter("ignore")
             rec = learn(oracle, d, heads=H, seed=i, **kw)
     except RecoveryError as exc:
-        return {"raised": type(exc).__name__, "queries": oracle.queries}
+        return {"raised": type(exc).__name__, "message": str(exc), "queries": oracle.queries}
     err = bias_error(rec.model, truth) if bias != "none" else param_error(rec.model, truth)
     return {"error": err, "estimate": rec.error_estimate, "queries": rec.queries["total"],
-            "factor": rec.diagnostics.scale["factor"]}
+            "factor": rec.diagnostics.scale["factor"], "scales": rec.diagnostics.scale["probe_scales"]}
 
 
-def row(d, H, models, *, mode, dtype, bias="none"):
+def record(d, H, i, r, *, mode, dtype, bias):
+    """One run as a JSON record (``--json``)."""
+    out = {"d": d, "H": H, "mode": mode, "dtype": dtype, "bias": bias, "seed": i,
+           "target": target(H, dtype), "queries": int(r["queries"])}
+    if "error" in r:
+        out.update(outcome="returned", error=float(r["error"]), estimate=float(r["estimate"]),
+                   silent=bool(r["error"] > 10 * r["estimate"]), probe_scales=[float(x) for x in r["scales"]])
+    else:
+        out.update(outcome=r["raised"], message=r["message"], error=None, estimate=None, silent=False)
+    return out
+
+
+def row(d, H, models, *, mode, dtype, bias="none", records=None):
     runs = [run(d, H, i, mode=mode, dtype=dtype, bias=bias) for i in range(models)]
+    if records is not None:
+        records.extend(record(d, H, i, r, mode=mode, dtype=dtype, bias=bias) for i, r in enumerate(runs))
     ret = [r for r in runs if "error" in r]
     errs = [r["error"] for r in ret]
     good = sum(e <= target(H, dtype) for e in errs)
@@ -131,7 +151,10 @@ def main():
     ap.add_argument("--vector", action="store_true", help="value-output maps (readout=None), default d = 8, H = 2")
     ap.add_argument("--bias", choices=["none", "default", "drawn"], default="none",
                     help="bias=True modules (PyTorch's zero biases, or drawn N(0, 1)), learn(bias=True)")
+    ap.add_argument("--json", default=None, help="write every run to this JSON file (not with --vector)")
     args = ap.parse_args()
+    if args.json and args.vector:
+        ap.error("--json records the scalar rows only (not --vector)")
     torch.set_num_threads(1)
     if args.vector:
         d = 8 if args.d == 16 else args.d
@@ -148,9 +171,14 @@ def main():
     print("| models | heads | learn | recovered | median error | queries | raised | silent |")
     print("|---|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
+    records = [] if args.json else None
     for H in args.heads:
         for mode in args.modes:
-            print(row(args.d, H, args.models, mode=mode, dtype=args.dtype, bias=args.bias), flush=True)
+            print(row(args.d, H, args.models, mode=mode, dtype=args.dtype, bias=args.bias, records=records),
+                  flush=True)
+            if args.json:  # after every row: a long run keeps what it has measured
+                with open(args.json, "w") as fh:
+                    json.dump(records, fh, indent=1)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 

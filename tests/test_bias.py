@@ -7,11 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnlearn import RecoveryError, learn, query_budget
-from attnlearn.errors import IllConditionedError
+from attnlearn.errors import IllConditionedError, NotIdentifiableError
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.bias import bias_budget, bias_error
+from attnlearn.learner.bias import biased_layer as layer_from_parts
 from attnlearn.learner.design import ConfigTable, build_design, draw_directions
 from attnlearn.learner.pipeline import holdout_count
+from attnlearn.learner.tolerances import Tolerances
 
 
 def biased_layer(H, d, seed, *, c_scale=1.0, b=None):
@@ -94,7 +96,7 @@ def test_a_constant_function_is_no_head_and_its_offset():
 
 def test_the_paper_learner_cannot_express_a_bias_and_says_so():
     layer = biased_layer(1, 2, 0)
-    with pytest.raises(RecoveryError):  # never a silent model
+    with pytest.raises(RecoveryError, match=r"cross\(2\): interpolated poles"):  # never a silent model
         learn(LayerOracle(layer), 2, heads=1)
 
 
@@ -107,6 +109,8 @@ def test_arguments_are_checked():
         learn(LayerOracle(biased_layer(1, 22, 0)), 22, heads=1, bias=True, max_queries=2000)
     with pytest.raises(TypeError, match=r"bias_error expects scalar AttentionLayer models"):
         bias_error(layer, np.zeros(3))
+    with pytest.raises(ValueError, match=r"layers of different widths: d = 2, 3"):
+        bias_error(layer, biased_layer(1, 3, 0))
     assert bias_error(layer, biased_layer(2, 2, 0)) == float("inf")
 
 
@@ -131,3 +135,14 @@ def test_the_biased_design_is_affine(d, seed, f):
     for k in range(t.B):
         for j in range(1, d):
             assert np.array_equal(design.u[t.link(k, j)], design.U[k, 0] + design.U[k, j])
+
+
+def test_a_head_recovered_with_v_zero_is_refused():
+    W, c = np.ones((2, 2, 2)), np.ones((2, 2))
+    v = np.array([[1.0, 0.5], [0.0, 0.0]])  # head 1 has v = 0: not a canonical head
+    tol = Tolerances.for_mode(exact=False)
+    with pytest.raises(NotIdentifiableError, match=r"head 1 was recovered with v = 0 \(not a canonical head\)"):
+        layer_from_parts(W, c, v, np.zeros((2, 2, 3)), np.zeros((2, 2)), 1.0, np.ones(2), eps_out=0.0, tol=tol)
+    model, estimate = layer_from_parts(W[:1], c[:1], v[:1], np.zeros((1, 2, 3)), np.zeros((1, 2)), 1.0, np.ones(2),
+                                       eps_out=0.0, tol=tol)
+    assert float(np.ravel(model.b)[0]) == 1.0 - 1.5 and estimate == 0.0  # beta = c_1 - V^T q_1, no error bound without errors

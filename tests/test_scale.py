@@ -31,8 +31,8 @@ def test_one_head_keeps_the_clip():
 @pytest.mark.parametrize("H, d, seed, probes", [(4, 4, 2, 2), (4, 4, 3, 3), (3, 4, 1, 2)])
 def test_crowded_probe_is_reprobed_and_counted(H, d, seed, probes):
     m = random_model(H, d, seed=seed, scale=0.01)
-    with pytest.raises(RecoveryError), np.errstate(all="ignore"):
-        learn(Oracle(m), d, heads=H, seed=seed, robust=True)  # the old rule fails at this scale
+    with pytest.raises(RecoveryError, match=r"base\(1,1\)"), np.errstate(all="ignore"):
+        learn(Oracle(m), d, heads=H, seed=seed, robust=True)  # the old rule: the probe base(1,1) fails
     oracle = Oracle(m)
     with np.errstate(all="ignore"):
         rec = learn(oracle, d, heads=H, seed=seed, robust=True, scale="search")
@@ -58,11 +58,12 @@ def test_a_probe_that_never_fits_raises_after_the_rounds():
             return self.rng.normal(size=len(Xs))
 
     oracle, H = Noise(), 2
-    with pytest.raises(RecoveryError), np.errstate(all="ignore"):
+    with pytest.raises(RecoveryError, match=r"base\(1,1\)"), np.errstate(all="ignore"):
         learn(oracle, 3, heads=H, scale="search")
-    assert oracle.asked == (1 + Tolerances.scale_rounds) * (2 * H + 1)  # the first probe, then 4 re-probes
+    assert Tolerances.scale_rounds == 3
+    assert oracle.asked == (1 + Tolerances.scale_rounds) * (2 * H + 1)  # the first probe, then 3 re-probes
     oracle = Noise()
-    with pytest.raises(RecoveryError), np.errstate(all="ignore"):
+    with pytest.raises(RecoveryError, match=r"base\(1,1\)"), np.errstate(all="ignore"):
         learn(oracle, 3, heads=H)
     assert oracle.asked == 2 * H + 1
 

@@ -153,8 +153,14 @@ def test_error_bound_measures_the_float32_arithmetic():
     assert f64 < 1e-12
     with pytest.raises(ValueError, match=r"max_norm must be a positive finite number, got 0"):
         oracle.error_bound(max_norm=0)
-    with pytest.raises(ValueError, match=r"max_length must be a positive integer, got 2\.0"):
+    with pytest.raises(TypeError, match=r"max_length must be an integer, got float 2\.0"):
         oracle.error_bound(max_length=2.0)
+    with pytest.raises(ValueError, match=r"max_length must be a positive integer, got 0"):
+        oracle.error_bound(max_length=0)
+    with pytest.raises(TypeError, match=r"safety must be a real number, got str 'x'"):
+        oracle.error_bound(safety="x")
+    with pytest.raises(TypeError, match=r"per_length must be an integer, got bool True"):
+        oracle.error_bound(per_length=True)
 
 
 def test_exact_mode_reads_a_default_layer_through_from_torch():

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from attnlearn import Oracle, learn, query_budget
-from attnlearn.errors import CheckFailedError
+from attnlearn.errors import CheckFailedError, IllConditionedError
 from attnlearn.layer import AttentionLayer, layer_error
 from attnlearn.learner.pipeline import holdout_count
 from attnlearn.model import random_model
-from attnlearn.vector import attention_means, learn_vector
+from attnlearn.vector import _solve_maps, attention_means, learn_vector
 
 
 class VectorOracle:
@@ -100,3 +100,34 @@ def test_scalar_and_exact_oracles_are_refused():
         learn_vector(VectorOracle(vector_layer(1, 2, 2, seed=0)), 2, heads=1, bias=True)
     with pytest.raises(TypeError, match=r"returns 3 numbers per query"):
         learn(VectorOracle(vector_layer(1, 2, 3, seed=0)), 2, heads=1)
+
+
+def test_options_are_checked_before_any_query():
+    oracle = VectorOracle(vector_layer(1, 2, 2, seed=0))
+    with pytest.raises(TypeError, match=r"bias must be True or False, got str 'yes'"):
+        learn_vector(oracle, 2, heads=1, bias="yes")
+    with pytest.raises(ValueError, match=r"learn_vector learns with design=\"paper\" only, got design='lean'"):
+        learn_vector(oracle, 2, heads=1, design="lean")
+    assert oracle.queries == 0
+    rec = learn_vector(oracle, 2, heads=1, bias=np.False_, design="paper")  # a numpy bool is a bool
+    assert layer_error(rec.model, oracle.layer) <= 1e-8
+
+
+def test_maps_not_determined_by_the_queries_raise():
+    W = random_model(1, 2, seed=0).W
+    X = np.array([[[1.0, 0.0], [2.0, 0.0]]])  # every token on one line: the means span 1 of 2 dimensions
+    rows = [(X, np.ones((1, 3))), (2 * X, np.ones((1, 3)))]
+    with pytest.raises(IllConditionedError, match=r"the attention means of the 2 queries span only 1 of the 2 "
+                                                  r"dimensions of the maps"):
+        _solve_maps(W, rows, 1e-12)
+
+
+def test_layer_error_checks_its_arguments():
+    a = vector_layer(1, 2, 3, seed=0)
+    with pytest.raises(TypeError, match=r"layer_error expects AttentionLayer models, got MultiHeadAttention"):
+        layer_error(a, random_model(1, 2, seed=0))
+    with pytest.raises(ValueError, match=r"layers of different shapes: d = 2, 3; k = 3, 3"):
+        layer_error(a, vector_layer(1, 3, 3, seed=0))
+    with pytest.raises(ValueError, match=r"layers of different shapes: d = 2, 2; k = 3, 2"):
+        layer_error(a, vector_layer(1, 2, 2, seed=0))
+    assert layer_error(a, a) == 0.0 and layer_error(a, vector_layer(2, 2, 3, seed=0)) == float("inf")

@@ -53,7 +53,11 @@ from .results import Diagnostics
 from .robust import redraw
 from .scale import find_scale
 from .solves import solve_blocks, solve_v
+from .tolerances import Tolerances
 from .verify import verify_fits
+
+#: Smallest denominator of a relative error (the Tolerances' ``tiny``; the same in every mode).
+_TINY = Tolerances.for_mode(exact=False).tiny
 
 __all__ = ["bias_budget", "solve_V_biased", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
 
@@ -61,6 +65,18 @@ __all__ = ["bias_budget", "solve_V_biased", "affine_heads", "biased_layer", "bia
 def bias_budget(d, n):
     r"""The biased design's count :math:`4nd^2+4nd-2n+1` and longest query :math:`2n+1` (module
     docstring).
+
+    Parameters
+    ----------
+    d : int
+        Token width.
+    n : int
+        Heads the design serves.
+
+    Returns
+    -------
+    (int, int)
+        The design's query count and its longest query.
 
     Used in: chapter 7."""
     return 4 * n * d * d + 4 * n * d - 2 * n + 1, 2 * n + 1
@@ -72,6 +88,25 @@ def solve_V_biased(design, fit1, idx1, *, H, eps_out):
     The bound: the residues' sum is off by at most its sensitivity times the samples' and
     :math:`c_1`'s error (:math:`2\varepsilon`), so :math:`|dV|_\infty\le|U_1^{-1}|_\infty\max_j
     |d\sum_h\gamma_h|` to first order.
+
+    Parameters
+    ----------
+    design : Design
+        The biased design (:func:`.design.build_design` with ``bias=True``).
+    fit1 : RationalFit
+        Block 1's rational fits (:func:`.fitting.fit_block_one`): residues ``gamma``, their
+        sensitivities ``sens``.
+    idx1 : list of int
+        Block 1's configurations (rows of ``design.table``), in the order of ``fit1``.
+    H : int, keyword-only
+        The canonical head count.
+    eps_out : float, keyword-only
+        The samples' absolute error.
+
+    Returns
+    -------
+    VSolution
+        :math:`V` and its first-order bound.
 
     Used in: chapter 7."""
     table = design.table
@@ -90,6 +125,22 @@ def affine_heads(design, blocks, crosses):
     \begin{bmatrix}Q\\ \mathbf 1^\top\end{bmatrix}` (block k's heads relabelled by the crosses).
     Returns ``(W (H, d, d), c (H, d), err (H, d, d + 1))``, ``err`` the entrywise first-order
     bound :math:`|d\tilde w|\,|\hat Q^{-1}|`.
+
+    Parameters
+    ----------
+    design : Design
+        The biased design: its final tokens ``Q`` (:math:`d\times(d+1)`).
+    blocks : BlockSolution
+        Every block's :math:`\tilde w_{h,k}` (``w``) and bounds (``err_w``)
+        (:func:`.solves.solve_blocks`).
+    crosses : CrossLabels
+        The crosses' relabelling ``perm`` of every block's heads (:func:`.labelling.label_crosses`).
+
+    Returns
+    -------
+    W : array (H, d, d)
+    c : array (H, d)
+    err : array (H, d, d + 1)
 
     Used in: chapter 7."""
     B, H = design.table.B, crosses.perm.shape[1]
@@ -115,6 +166,32 @@ def biased_layer(W, c, v, err, err_v, c1, q1, *, eps_out, tol):
     :math:`\beta=c_1-V^\top q_1` with :math:`V=\sum_hv_h`; its bound
     :math:`\varepsilon+|q_1|\cdot|dV|`. The estimate is ``tol.estimate_factor`` times the largest
     first-order relative error in the measure of :func:`bias_error`.
+
+    Parameters
+    ----------
+    W : array (H, d, d)
+        The heads' :math:`W_h`.
+    c : array (H, d)
+        Their score biases :math:`c_h`.
+    v : array (H, d)
+        Their :math:`v_h`.
+    err : array (H, d, d + 1)
+        First-order bounds on :math:`[W_h\;c_h]` (:func:`affine_heads`).
+    err_v : array (H, d)
+        First-order bounds on :math:`v_h`.
+    c1 : number
+        The shared query's answer :math:`c_1=V^\top q_1+\beta`.
+    q1 : array (d,)
+        Its final token.
+    eps_out : float, keyword-only
+        The samples' absolute error.
+    tol : Tolerances, keyword-only
+        ``estimate_factor`` and ``tiny``.
+
+    Returns
+    -------
+    (AttentionLayer, float)
+        The layer (scalar, with ``c`` and ``b``) and its error estimate.
 
     Raises
     ------
@@ -149,6 +226,22 @@ def bias_error(model, truth):
     error): :math:`c_h` enters the score beside :math:`W_hx_N`, :math:`\beta` the output beside
     :math:`v_h^\top x`.
 
+    Parameters
+    ----------
+    model, truth : AttentionLayer
+        Scalar layers (float64 or mpmath; in mpmath when either is), ``truth`` the reference.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    TypeError
+        Either is not a scalar :class:`~attnlearn.layer.AttentionLayer`.
+    ValueError
+        Their token widths differ.
+
     Used in: chapter 7."""
     from scipy.optimize import linear_sum_assignment
 
@@ -176,7 +269,7 @@ def bias_error(model, truth):
     b1 = f(model.b if model.b is not None else [0.0])[0]
     b2 = f(truth.b if truth.b is not None else [0.0])[0]
     vmax = max([norm(v2[j]) for j in range(truth.H)], default=0.0)
-    return max(worst, float(abs(b1 - b2)) / max(float(abs(b2)), vmax, 1e-300))
+    return max(worst, float(abs(b1 - b2)) / max(float(abs(b2)), vmax, _TINY))
 
 
 def learn_biased(oracle, opt, tol):
@@ -185,6 +278,24 @@ def learn_biased(oracle, opt, tol):
     :math:`c_1+V^\top(q-q_1)`, the affine solve and the offset. Returns the
     :class:`~.results.Recovery` whose model is an :class:`~attnlearn.layer.AttentionLayer`
     (scalar, with ``c`` and ``b``).
+
+    Parameters
+    ----------
+    oracle : Access
+        The checked, counted oracle access (:class:`attnlearn.protocol.Access`).
+    opt : Options
+        ``learn``'s validated options (:func:`.pipeline._options`).
+    tol : Tolerances
+        The mode's tolerances (:meth:`.tolerances.Tolerances.for_mode`).
+
+    Returns
+    -------
+    Recovery
+
+    Raises
+    ------
+    RecoveryError
+        As :func:`attnlearn.learn` (a fit, a matching, a check or the held-out queries fail).
 
     Used in: chapter 7."""
     rng = np.random.default_rng(opt.seed)

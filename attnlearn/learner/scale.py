@@ -55,9 +55,10 @@ __all__ = ["Probe", "find_scale"]
 
 @dataclass(frozen=True)
 class Probe:
-    r"""What the scale search leaves to the design.
+    r"""What the scale search leaves to the design (built by :func:`find_scale`; every
+    parameter is kept as the attribute of the same name).
 
-    Attributes
+    Parameters
     ----------
     c1 : number
         :math:`c_1=V^\top q_1`, the shared query's answer.
@@ -77,6 +78,8 @@ class Probe:
         The scale :math:`s` of every probe, in order (``[1.0]`` without re-probing).
     queries : int
         Queries of the probes before the last (0 without re-probing).
+
+    Used in: chapter 4 (``scale="probe"``) and chapter 7 (``scale="search"``).
     """
 
     c1: object
@@ -94,8 +97,34 @@ def find_scale(ask, q1, u11, nodes, *, n, heads_given, spread, rng, tol, output_
     r"""Ask the shared query and the probe; with ``search``, re-probe at larger scales while the
     probe's fit fails and allow a wide factor (module docstring). Returns the :class:`Probe`.
 
-    ``q1`` and ``u11`` are the first probe's final token and direction (unit scale); ``rng`` draws
-    the fresh ones of the re-probes.
+    Parameters
+    ----------
+    ask : callable
+        The counted oracle access (``ask(Xs)``: answers of a batch), as the pipeline's.
+    q1, u11 : array (d,)
+        The first probe's final token and direction (unit scale).
+    nodes : Nodes
+        The sample points :math:`t` of a configuration (:func:`.design.node_pairs`).
+    n : int, keyword-only
+        The number of heads the design serves (``heads`` or ``max_heads``).
+    heads_given : bool, keyword-only
+        True when ``heads=n`` was given: a probe finding fewer heads counts as crowded.
+    spread : float, keyword-only
+        The wanted :math:`\max_h|\ell_h|` of a configuration (``learn(spread=...)``).
+    rng : numpy.random.Generator, keyword-only
+        Draws the fresh :math:`q_1`, :math:`u` of the re-probes.
+    tol : Tolerances, keyword-only
+        ``scale_clip``, ``scale_wide``, ``scale_step``, ``scale_rounds``, ``scale_max``.
+    output_error : float or None, keyword-only
+        The stated output error (``learn(output_error=...)``), for the probe's fit.
+    method : {"linearised", "loewner"}, keyword-only
+        The rational fit's method (``learn(method=...)``).
+    search : bool, keyword-only
+        ``scale="search"``: re-probe and allow the wide factor; else the clipped rule.
+
+    Returns
+    -------
+    Probe
 
     Raises
     ------
