@@ -100,8 +100,13 @@ def holdout_batches(rng, holdout, max_length, d, *, f, exact):
         yield to_mp(Xs) if exact else Xs
 
 
-def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate, holdout, rng, f, tol):
+def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate, holdout, rng, f, tol,
+           holdout_length=None):
     """Check the recovered ``model`` on ``holdout`` held-out queries and return the :class:`Recovery`.
+
+    The held-out queries have every length up to ``holdout_length`` (default ``max_length``, the
+    design's longest; ``design="long"`` asks shorter ones, see
+    :class:`~.tolerances.LongTolerances`).
 
     Raises
     ------
@@ -114,7 +119,7 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
     holdout_error = None
     if holdout:
         before = oracle.queries
-        batches = holdout_batches(rng, holdout, max_length, model.d, f=f, exact=tol.exact)
+        batches = holdout_batches(rng, holdout, holdout_length or max_length, model.d, f=f, exact=tol.exact)
         holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
         queries["holdout"] = oracle.queries - before
         limit = max(tol.holdout_output * eps_out / max(scale_ref, tol.tiny), tol.holdout_estimate * estimate)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerances", "MAX_QUERIES", "MAX_LENGTH"]
+__all__ = ["Tolerances", "LongTolerances", "MAX_QUERIES", "MAX_LENGTH", "LONG_MIN_LENGTH", "LONG_MAX_HEADS"]
 
 EPS64 = np.finfo(float).eps  # float64 unit roundoff (an np.float64, as the learner has always used it)
 
@@ -32,6 +32,14 @@ MAX_QUERIES = 10**7
 #: :math:`n^3` (about 6 s at :math:`n=50`, 90 s at :math:`n=100`); the book uses
 #: :math:`n\le 5`. Raise it with ``max_length=``.
 MAX_LENGTH = 129
+
+#: ``design="long"``: the shortest ``max_length`` it accepts. Its window is :math:`2\log(L-1)`
+#: nats; below 64 tokens (8.3 nats) the steps of two heads overlap most of it.
+LONG_MIN_LENGTH = 64
+
+#: ``design="long"``: the most heads it accepts. Links compare every pairing of two groups'
+#: heads (:math:`H!` curves: 40,320 at :math:`H=8`).
+LONG_MAX_HEADS = 8
 
 
 @dataclass(frozen=True)
@@ -182,3 +190,89 @@ class Tolerances:
     def fit_tolerance(self, m, sample_error):
         """Residual tolerance of a fit of ``m`` samples each within ``sample_error``."""
         return self.residual_factor * np.sqrt(m) * sample_error
+
+
+@dataclass(frozen=True)
+class LongTolerances:
+    r"""The policy of ``learn(..., design="long")`` (:mod:`attnlearn.learner.long`); each field
+    says why it has its value (``/work/shared/DESIGN-noise.md``: the prototype's figures).
+
+    Attributes
+    ----------
+    ratios_base, ratios_per_head : int
+        Ratios per configuration: ``16 + 4 H`` (the prototype's; the Cramér–Rao bound of a
+        configuration with 48 ratios at :math:`H=8` allows 4e-4 in a step position).
+    probe_configs : int
+        Configurations of the scale probe (4).
+    spread : float
+        Target of the root mean square of the :math:`c_h` after the probe: 2 nats, so nearly
+        every step (within 3 of them) lies inside the window, 8.3 nats on each side at
+        :math:`L=4096`.
+    scale_clip : tuple of float
+        Bounds of the probe's correction of :math:`|u||q|` (a factor 1/16..16: four
+        configurations may see small steps by chance).
+    groups_factor : int
+        Configurations per group and pass: ``2 d`` (twice the unknowns of :math:`y_h`, room
+        for outliers).
+    group_redraws : int
+        A degenerate group (a vanishing :math:`\gamma_h=-u^\top v_h` or coinciding heads) is
+        drawn again with a new :math:`u` at most twice.
+    link_configs : int
+        Configurations per link (3): three curves of :math:`2\log(L-1)` nats each.
+    link_margin : float
+        A link's best pairing must have a :math:`\chi^2` 4 times below the runner-up's.
+    chi2_factor : float
+        A configuration fitted within the noise has :math:`\chi^2` about its degrees of freedom;
+        above 3 times them it is refitted (a local minimum or a mislabelled head).
+    max_permutations : int
+        Starts of such a refit: every order of its positions, at most 720 (6!) ...
+    repair_random : int
+        ... and 8 random positions.
+    outlier_sigma : float
+        A configuration's step position further than 5 standard deviations from the group's
+        linear fit is dropped from the regression.
+    outlier_rounds : int
+        At most 3 rounds of that.
+    spacing : float
+        Placed pass: predicted steps 2 nats apart (the Cramér–Rao optimum: closer blurs, further
+        pushes the outer steps out of the window).
+    placed_cap : float
+        Placed pass: a placed :math:`q` longer than 3 times the scale is shrunk (its grid
+        halved) -- nearly collinear :math:`y_h` would otherwise ask for huge :math:`q`.
+    estimate_factor : float
+        Reported error estimate = 3 times the propagated root-mean-square error (a 3-sigma bound).
+    holdout_length : int
+        Longest held-out query (random tokens): 16. Long queries are checked by the fits' own
+        :math:`\chi^2`; 4096 held-out lengths would cost more than the design.
+    batch_floats : int
+        Floats per batch asked of the oracle (2**22: 32 MB per batch at most).
+    """
+
+    ratios_base: int = 16
+    ratios_per_head: int = 4
+    probe_configs: int = 4
+    spread: float = 2.0
+    scale_clip: tuple = (1 / 16, 16)
+    groups_factor: int = 2
+    group_redraws: int = 2
+    link_configs: int = 3
+    link_margin: float = 4.0
+    chi2_factor: float = 3.0
+    max_permutations: int = 720
+    repair_random: int = 8
+    outlier_sigma: float = 5.0
+    outlier_rounds: int = 3
+    spacing: float = 2.0
+    placed_cap: float = 3.0
+    estimate_factor: float = 3.0
+    holdout_length: int = 16
+    batch_floats: int = 2**22
+
+    def ratios(self, H):
+        """Ratios per configuration with ``H`` heads."""
+        return self.ratios_base + self.ratios_per_head * H
+
+    def per_group(self, d):
+        """Configurations per group and pass."""
+        return self.groups_factor * d
+
