@@ -58,7 +58,7 @@ from scipy.optimize import least_squares, linear_sum_assignment
 from scipy.special import expit
 
 from ..canonical import canonical
-from ..errors import IllConditionedError, UnmatchedHeadsError
+from ..errors import CheckFailedError, IllConditionedError, UnmatchedHeadsError
 from ..model import MultiHeadAttention
 from .checks import finish
 from .results import Diagnostics
@@ -66,7 +66,7 @@ from .tolerances import LongTolerances
 
 __all__ = ["learn_long", "long_cost", "ratio_grid", "noise_sd", "ask_V", "probe_scale", "fit_config",
            "fit_group", "regress_y", "coarse_pass", "placed_pass", "link_groups", "solve_heads",
-           "estimate_error", "GroupFit"]
+           "estimate_error", "check_V", "draw_groups", "GroupFit"]
 
 
 #: Standard deviation of the weak prior on every step position (nats): the window's width at
@@ -474,9 +474,17 @@ def _positions_only(z, F, sd, g, c0, ends, j):
         return np.concatenate([(_curve(z, p[0], p[1:], g) - F) / sd, [(p[0] - Vq) / Vq_sd,
                                                                     (p[0] + g.sum() - Vx) / Vx_sd], p[1:] / PRIOR])
 
-    C0 = Vq
-    sol = least_squares(res, np.concatenate([[C0], c0]), method="lm", max_nfev=100 * (H + 1))
-    return sol.x[1:], sol.x[0], float(2 * sol.cost)
+    def jac(p):
+        s = expit(p[1:][None, :] - z[:, None])
+        J = np.zeros((len(z) + 2 + H, H + 1))
+        J[:len(z), 0] = 1 / sd
+        J[:len(z), 1:] = s * (1 - s) * g[None, :] / sd[:, None]
+        J[len(z), 0], J[len(z) + 1, 0] = 1 / Vq_sd, 1 / Vx_sd
+        J[len(z) + 2 + np.arange(H), 1 + np.arange(H)] = 1 / PRIOR
+        return J
+
+    sol = least_squares(res, np.concatenate([[Vq], c0]), jac=jac, method="lm", max_nfev=100 * (H + 1))
+    return sol.x[1:], sol.x[0], float(np.sum(sol.fun[:len(z) + 2] ** 2))
 
 
 def regress_y(Q, fit, *, tol):
@@ -488,7 +496,9 @@ def regress_y(Q, fit, *, tol):
     Raises
     ------
     IllConditionedError
-        Fewer than :math:`d+1` configurations left for some head.
+        Fewer than :math:`d+1` configurations left for some head, fewer than
+        ``tol.regression_keep`` of them kept, or a reduced :math:`\chi^2` above
+        ``tol.regression_chi2`` (mislabelled heads: the positions are not linear in :math:`q`).
     """
     m, H = fit.c.shape
     d = Q.shape[1]
@@ -511,6 +521,10 @@ def regress_y(Q, fit, *, tol):
         A = -Q[keep] / fit.c_sd[keep, h, None]
         cov = np.linalg.inv(A.T @ A)
         red = float(np.sum((A @ y - fit.c[keep, h] / fit.c_sd[keep, h]) ** 2)) / max(1, keep.sum() - d)
+        if red > tol.regression_chi2 or keep.sum() < tol.regression_keep * m:
+            raise IllConditionedError(
+                f"head {h + 1}'s step positions in a group are not linear in q (reduced chi2 {red:.3g} over "
+                f"{keep.sum()} of {m} configurations): some configurations' heads are mislabelled")
         Y[h], covs[h], used[h] = y, cov * max(1.0, red), keep
     return Y, covs, used
 
@@ -622,6 +636,21 @@ def estimate_error(W, v, Uinv, groups, perms, *, tol):
     return tol.estimate_factor * worst
 
 
+def check_V(v, V, estimate):
+    r"""The heads must add up to the :math:`V=\sum_hv_h` of the one-token queries (asked apart):
+    :math:`\|\sum_h\hat v_h-V\|\le` 10 times the estimate times :math:`\max_h\|\hat v_h\|`
+    (the held-out check's factor).
+
+    Raises
+    ------
+    CheckFailedError
+    """
+    gap = np.linalg.norm(v.sum(axis=0) - V) / max(np.max(np.linalg.norm(v, axis=1)), 1e-300)
+    if not gap <= 10 * estimate:
+        raise CheckFailedError(f"the recovered v_h add up to V only within {gap:.2e} (relative), more than 10 x the "
+                               f"error estimate {estimate:.1e}: some heads are mislabelled")
+
+
 # ---------------------------------------------------------------- the pipeline
 def _group(ctx, u, scale, rng):
     """Both passes of one group, the regression after each; the group's heights, y and covariances."""
@@ -694,6 +723,7 @@ def learn_long(ask, opt, tol):
     perms, margins = link_groups(ctx, U, groups, scale, rng=rng)
     W, v, Uinv = solve_heads(U, groups, perms)
     estimate = estimate_error(W, v, Uinv, groups, perms, tol=lt)
+    check_V(v, ctx.V, estimate)
     model = canonical(MultiHeadAttention(W, v))
     queries = {"design": ask.queries - start - redraw_queries, "constants": 0, "redraws": redraw_queries,
                "holdout": 0}

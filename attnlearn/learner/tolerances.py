@@ -233,6 +233,11 @@ class LongTolerances:
         linear fit is dropped from the regression.
     outlier_rounds : int
         At most 3 rounds of that.
+    regression_chi2 : float
+        ... and the kept positions must fit the linear model with a reduced :math:`\chi^2` of
+        at most 9 (3 standard deviations root mean square; correct labels give about 1) ...
+    regression_keep : float
+        ... over at least 3/4 of the group's configurations; otherwise the group is drawn again.
     spacing : float
         Placed pass: predicted steps 2 nats apart (the Cramér–Rao optimum: closer blurs, further
         pushes the outer steps out of the window).
@@ -262,6 +267,8 @@ class LongTolerances:
     repair_random: int = 8
     outlier_sigma: float = 5.0
     outlier_rounds: int = 3
+    regression_chi2: float = 9.0
+    regression_keep: float = 0.75
     spacing: float = 2.0
     placed_cap: float = 3.0
     estimate_factor: float = 3.0
