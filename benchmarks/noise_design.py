@@ -28,9 +28,14 @@ Measured (2026-12-03, this machine: 2 shared cores, AMD EPYC, under nice -n 15 a
     --row 2,16,6e-8,20:
     H=2 d=16 ok(1e-3) 20/20 ok(1e-6)  4/20 median 1.8e-06  beyond 10x est 0  max e/est 0.43  queries/4Hd^2 13.0
              19.5 s of CPU per model (median)
+    --row 1,16,6e-8,5 (a stand-in for H = 1, d = 64, see below):
+    H=1 d=16 ok(1e-3)  5/5  ok(1e-6)  3/5  median 9.9e-07  beyond 10x est 0  max e/est 0.54  queries/4Hd^2 20.1
+    --row 4,16,6e-8,6:
+    H=4 d=16 ok(1e-3)  0/6  (6 raised IllConditionedError: some group's positions not linear in q after 2
+             redraws, or a singular group fit; none returned, none silent). The acceptance asks >= 10/20.
 
 Not measured here: H = 1 at d = 64 (about 330,000 queries of 4096 x 64 floats per model: the
-oracle alone needs over an hour per model on this machine), H = 4 and 8 at d = 16 and the
+oracle alone needs over an hour per model on this machine), H = 8 at d = 16 and the
 float64 rows (H = 4 at d = 32, H = 6 at d = 8).
 """
 
