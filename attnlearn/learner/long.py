@@ -166,6 +166,8 @@ def _aaa_start(z, G, H):
     try:
         with warnings.catch_warnings():  # AAA stops at max_terms by design: no convergence to report
             warnings.filterwarnings("ignore", "AAA failed to converge", RuntimeWarning)
+            # spurious pole-zero pairs of noisy data: the H poles kept are chosen below
+            warnings.filterwarnings("ignore", "Froissart doublets detected", RuntimeWarning)
             poles = AAA(w, G, max_terms=H + 1, rtol=0.0).poles()
     except (ValueError, np.linalg.LinAlgError, ZeroDivisionError):  # degenerate data
         poles = np.array([])
