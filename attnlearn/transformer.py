@@ -462,6 +462,10 @@ class TransformerRecovery:
         ``value_check`` (relative :math:`\|G_0+G_{k'}-[v_h]\|`), ``rank`` (relative
         singular value :math:`d+1` of the factored matrix), ``holdout`` (relative output
         discrepancy on held-out sequences).
+    verified : bool
+        True when both verifications ran: step 1's (:func:`attnlearn.learn`'s check queries
+        and held-out queries on :math:`D`) and the held-out sequences of the Transformer
+        (``holdout > 0``).
     """
 
     def __init__(self, **kw):
@@ -651,7 +655,8 @@ def _steps(oracle, att, q_att, *, seed, holdout, grid, perturbation, max_shrinks
     queries["total"] = sum(queries.values())
     rec = TransformerRecovery(model=model, attention=att, heads=ctx.H, units=len(kinks), line=line, kinks=kinks,
                               pieces=pieces, gradients=Gs, jumps=J, orientation=eps_orient, signs=signs,
-                              queries=queries, residuals=residuals, kink_stats=kstats)
+                              queries=queries, residuals=residuals, kink_stats=kstats,
+                              verified=bool(holdout) and att.verified)
     if ctx.H and value_res > ctx.tol.check:
         raise CheckFailedError(
             f"G_0 + G_k' misses the value vectors of T(X) - T(-X) by {value_res:.1e} (relative) > {ctx.tol.check:.0e}"

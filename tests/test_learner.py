@@ -1,11 +1,14 @@
 """Tests of attnlearn.learner (chapter 4): exact counts, exact recovery, loud failures."""
 
+import re
+
 import mpmath
 import numpy as np
 import pytest
 
 import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, learn, param_error, query_budget
+from attnlearn.errors import CheckFailedError, IllConditionedError
 from attnlearn.model import random_model
 
 
@@ -35,8 +38,9 @@ def test_exact_recovery_and_counts(d, H):
     assert rec.heads == H
     assert param_error(rec.model, canonical(model)) <= 1e-40
     # claim C6: read from the oracle's own counter
-    assert (oracle.queries, oracle.max_length) == query_budget(d, H)
-    assert oracle.queries == 4 * H * d * d - 2 * H + 1
+    assert (rec.queries["design"], oracle.max_length) == query_budget(d, H)
+    assert oracle.queries == rec.queries["total"]  # the verification queries counted apart
+    assert rec.queries["design"] == 4 * H * d * d - 2 * H + 1
     assert oracle.max_length == 2 * H + 1
     assert rec.queries["total"] == oracle.queries
 
@@ -51,7 +55,8 @@ def test_exact_recovery_with_upper_bound(d, H):
     assert rec.heads == H
     assert param_error(rec.model, canonical(model)) <= 1e-40
     # claim C7
-    assert oracle.queries == 4 * H0 * d * d - 2 * H0 + 1
+    assert rec.queries["design"] == 4 * H0 * d * d - 2 * H0 + 1
+    assert oracle.queries == rec.queries["design"] + rec.queries["holdout"]
     assert oracle.max_length == 2 * H0 + 1
 
 
@@ -66,7 +71,8 @@ def test_exact_five_heads(d, bound):
     rec = learn(oracle, d, **{bound: n}, seed=0)
     assert rec.heads == 5
     assert param_error(rec.model, canonical(model)) <= 1e-40
-    assert (oracle.queries, oracle.max_length) == query_budget(d, n)
+    assert (rec.queries["design"], oracle.max_length) == query_budget(d, n)
+    assert oracle.queries == rec.queries["total"]  # the verification queries counted apart
 
 
 @pytest.mark.parametrize("d", [2, 3])
@@ -77,7 +83,8 @@ def test_exact_paper_nodes(d):
     rec = learn(oracle, d, heads=3, seed=1, nodes="copies")
     assert rec.diagnostics["pairs"] == [(1, t) for t in range(1, 7)]
     assert param_error(rec.model, canonical(model)) <= 1e-40
-    assert (oracle.queries, oracle.max_length) == query_budget(d, 3)
+    assert (rec.queries["design"], oracle.max_length) == query_budget(d, 3)
+    assert oracle.queries == rec.queries["total"]  # the verification queries counted apart
 
 
 @pytest.mark.parametrize("name", ["duplicate W", "cancelling v", "equal v", "zero function"])
@@ -92,7 +99,8 @@ def test_exact_degenerate(name, bound, d):
     rec = learn(oracle, d, **{bound: n}, seed=3)
     assert rec.heads == target.H
     assert param_error(rec.model, target) <= 1e-40
-    assert (oracle.queries, oracle.max_length) == query_budget(d, n)
+    assert (rec.queries["design"], oracle.max_length) == query_budget(d, n)
+    assert oracle.queries == rec.queries["total"]  # the verification queries counted apart
 
 
 def test_recovery_in_exact_mode_has_mpmath_entries():
@@ -481,14 +489,14 @@ def assert_raises_or_is_right(truth, outcome):
 
 
 def known_silent_today(mode, d, noise, heads, canonical_heads):
-    """The inputs that are silently wrong until the verification stage lands: with d = 1 (no redundant
-    query) undeclared noise and fewer heads declared than present go unnoticed (the issue's cases);
-    in exact mode with declared noise and fewer heads declared than present, a few models come back
-    with a head missing and an error_estimate above 1 (measured: 1e3 to 6e6), which float64 refuses.
-    Left out of the property tests; test_known_silent_cases_still_fail covers them."""
-    if d == 1:
-        return noise == "undeclared" or heads < canonical_heads
-    return mode == "exact" and noise == "declared" and heads < canonical_heads
+    """The inputs that are still silently wrong: with d = 1, fewer heads declared than present and a
+    large declared output error, the missing head can sit inside the noise at the only check node
+    within the longest query (DESIGN §4.1 leaves one unused ratio at n = 1), and the held-out
+    discrepancy inside 10x an error estimate that is itself large (measured: a 1-head model of a
+    2-head oracle at output error 1e-3, estimate 0.22, held-out discrepancy 0.20; the parameters are
+    within the estimate but a head is missing). Left out of the property tests;
+    test_known_silent_cases_still_fail covers them."""
+    return d == 1 and noise == "declared" and heads < canonical_heads
 
 
 property_cases = st.tuples(
@@ -528,17 +536,33 @@ def test_exact_raises_or_is_right(case):
 # the xfail mark and known_silent_today's exclusion from the property tests should go
 KNOWN_SILENT = [
     # (mode, d, H, kind, noise, eps, heads, seed)
-    ("float64", 1, 2, "random", "undeclared", 1e-12, 2, 1),  # error 6.7e-07, estimate 3.7e-09
-    ("float64", 1, 3, "random", "undeclared", 1e-10, 3, 1),  # error 1.0, estimate 1.9e-03
-    ("float64", 1, 3, "equal W", "undeclared", 1e-12, 3, 0),  # 3 heads returned, 2 canonical
     ("float64", 1, 2, "random", "declared", 1e-3, 1, 2),  # heads=1: 1 head returned, 2 canonical
-    ("exact", 1, 1, "random", "undeclared", 1e-10, 1, 0),  # error 1.7e-08, estimate 1.2e-26
-    ("exact", 1, 3, "random", "undeclared", 1e-10, 3, 1),  # error 0.52, estimate 1.3e-18
-    ("exact", 1, 2, "random", "none", 0.0, 1, 0),  # heads=1: 1 head returned, 2 canonical
-    ("exact", 1, 3, "equal v", "none", 0.0, 2, 0),  # heads=2: 2 heads returned, 3 canonical
-    ("exact", 2, 2, "random", "declared", 1e-6, 1, 3),  # heads=1: 1 head returned, estimate 3.3e+05
-    ("exact", 3, 2, "random", "declared", 1e-10, 1, 33812),  # heads=1: 1 head returned, estimate 5.9e+06
 ]
+
+
+# silently wrong before the verification stage (measured: parameter error against error_estimate);
+# now each raises: the check queries see undeclared noise and missing heads where the design has no
+# redundant query (d = 1), and an estimate above 100% is no result in exact mode either
+CAUGHT_SINCE_VERIFICATION = [
+    # (mode, d, H, kind, noise, eps, heads, seed, error, message)
+    ("float64", 1, 2, "random", "undeclared", 1e-12, 2, 1, CheckFailedError, "check query"),  # was 6.7e-07 vs 3.7e-09
+    ("float64", 1, 3, "random", "undeclared", 1e-10, 3, 1, CheckFailedError, "check query"),  # was 1.0 vs 1.9e-03
+    ("float64", 1, 3, "equal W", "undeclared", 1e-12, 3, 0, CheckFailedError, "check query"),  # 3 heads of 2
+    ("exact", 1, 1, "random", "undeclared", 1e-10, 1, 0, CheckFailedError, "check query"),  # 1.7e-08 vs 1.2e-26
+    ("exact", 1, 3, "random", "undeclared", 1e-10, 3, 1, CheckFailedError, "check query"),  # 0.52 vs 1.3e-18
+    ("exact", 1, 2, "random", "none", 0.0, 1, 0, CheckFailedError, "check query"),  # heads=1 of 2
+    ("exact", 1, 3, "equal v", "none", 0.0, 2, 0, CheckFailedError, "check query"),  # heads=2 of 3
+    ("exact", 2, 2, "random", "declared", 1e-6, 1, 3, IllConditionedError, r"estimate \S+ exceeds 1 \(100% relative error\)"),
+    ("exact", 3, 2, "random", "declared", 1e-10, 1, 33812, IllConditionedError, r"estimate \S+ exceeds 1 \(100% relative error\)"),
+]
+
+
+@pytest.mark.parametrize("mode, d, H, kind, noise, eps, heads, seed, error, message", CAUGHT_SINCE_VERIFICATION)
+def test_formerly_silent_cases_raise(mode, d, H, kind, noise, eps, heads, seed, error, message):
+    outcome = learn_once(property_model(kind, H, d, seed), mode, noise, eps, heads, seed)
+    assert isinstance(outcome, error), outcome
+    assert re.search(message, str(outcome)), str(outcome)
+    assert_loud(outcome)
 
 
 @pytest.mark.parametrize("mode, d, H, kind, noise, eps, heads, seed", KNOWN_SILENT)
@@ -548,7 +572,7 @@ def test_known_silent_cases_are_the_ones_left_out(mode, d, H, kind, noise, eps, 
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 13: silent until the verification stage lands (see known_silent_today)")
+                   reason="issue 13: still silent after the verification stage (see known_silent_today)")
 @pytest.mark.parametrize("mode, d, H, kind, noise, eps, heads, seed", KNOWN_SILENT)
 def test_known_silent_cases_still_fail(mode, d, H, kind, noise, eps, heads, seed):
     model = property_model(kind, H, d, seed)
@@ -630,12 +654,12 @@ def test_numeric_arguments_of_other_types_are_the_same_call():
 @pytest.mark.parametrize(
     "d, kwargs, match",
     [
-        (1, {"heads": 10**6}, r"this request would ask 4,000,002 queries \(design 2,000,001, held-out 2,000,001\) of "
+        (1, {"heads": 10**6}, r"this request would ask 4,000,006 queries \(design 2,000,001, held-out 2,000,005\) of "
                               r"up to 2,000,001 tokens: its longest query \(2n \+ 1 with n = 1,000,000\) is longer "
                               r"than max_length = 129; pass max_length=2000001 to allow it"),
-        (2, {"heads": 10**6}, r"this request would ask 16,000,002 queries \(design 14,000,001, held-out 2,000,001\) "
+        (2, {"heads": 10**6}, r"this request would ask 16,000,006 queries \(design 14,000,001, held-out 2,000,005\) "
                               r"of up to 2,000,001 tokens, more than max_queries = 10,000,000: pass "
-                              r"max_queries=16000002 to allow it"),
+                              r"max_queries=16000006 to allow it"),
         (2, {"max_heads": 10**6, "holdout": 0}, r"14,000,001 queries \(design 14,000,001\) .* more than max_queries"),
         (2, {"heads": 2, "holdout": 10**9}, r"this request would ask 1,000,000,029 queries \(design 29, held-out "
                                             r"1,000,000,000\) of up to 5 tokens, more than max_queries = 10,000,000"),
@@ -680,3 +704,20 @@ def test_the_cost_estimate_is_what_learn_asks(robust, holdout):
     assert parts == {"design": rec.queries["design"], "constants": rec.queries["constants"],
                      "held-out": rec.queries["holdout"]}
     assert longest == rec.max_length
+
+
+def test_exact_error_estimate_does_not_underflow_beyond_float64():
+    # issue 13: at 250 digits the float64 bounds would underflow (estimate 0.0 before); they are
+    # computed at an output error of 1e-100 and scaled back as mpmath numbers (first order: linear)
+    model = random_model(2, 2, seed=1)
+    rec = learn(Oracle(model, precision=250), 2, heads=2)
+    assert isinstance(rec.error_estimate, mpmath.mpf) and isinstance(rec.output_error, mpmath.mpf)
+    assert mpmath.mpf(10) ** -250 < rec.output_error < mpmath.mpf(10) ** -247  # 10^(1 - dps) max|F|
+    assert 0 < rec.error_estimate < mpmath.mpf(10) ** -200
+    with mpmath.workdps(250):
+        err = param_error(rec.model, canonical(model.to_mpmath()))
+    assert 0 < err <= rec.error_estimate
+    assert re.search(r"error_estimate=\d\.\de-\d+\)", repr(rec))
+    # below 100 digits nothing changes: float64 numbers
+    rec60 = learn(Oracle(model, precision=60), 2, heads=2)
+    assert type(rec60.error_estimate) is float and type(rec60.output_error) is float

@@ -41,6 +41,17 @@ def test_two_heads_through_float32_noise_within_the_estimate():
     assert rec.queries["design"] == sum(parts.values()) and rec.max_length == longest == L
     assert oracle.max_length == L and rec.queries["holdout"] >= LongTolerances().holdout_length
     assert rec.queries["redraws"] == 0 and rec.queries["total"] == rec.queries["design"] + rec.queries["holdout"]
+    assert rec.verified and oracle.queries == rec.queries["total"]
+
+
+def test_holdout_zero_returns_unverified_with_the_same_design():
+    """holdout=0: no held-out query, the design's count unchanged, ``verified`` False."""
+    rec, err, oracle = run(1, 2, 0, holdout=0)
+    checked, _, _ = run(1, 2, 0)
+    assert not rec.verified and checked.verified
+    assert rec.queries["holdout"] == 0 and rec.holdout_error is None
+    assert rec.queries["design"] == checked.queries["design"] and oracle.queries == rec.queries["total"]
+    assert err <= rec.error_estimate
 
 
 def test_estimate_against_the_truth():

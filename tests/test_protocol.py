@@ -70,17 +70,23 @@ def test_malformed_answers_name_the_fault(mangle, message):
         learn(UserOracle(random_model(1, 2, seed=0), mangle=mangle), 2, heads=1)
 
 
-def test_non_finite_answers_on_the_held_out_queries_raise():
-    # d = 1, H = 1: the design asks 3 batches (the shared query, two nodes); NaN answers from the
-    # 4th batch on reach only the held-out queries, which gave holdout_error nan (returned) before
+@pytest.mark.parametrize("first_bad, match", [
+    (4, r"non-finite value \(NaN or inf\) for the check queries, s = \d+, t = \d+ \(query 0 of the batch: nan\)"),
+    (5, r"non-finite value \(NaN or inf\) for a query \(query 0 of the batch: nan\)"),
+])
+def test_non_finite_answers_on_the_verification_queries_raise(first_bad, match):
+    # d = 1, H = 1: the design asks 3 batches (the shared query, two nodes), the verification the
+    # check queries (4th batch) and the held-out random sequences (from the 5th); NaN answers there
+    # gave holdout_error nan (returned) before the protocol checked every answer
     calls = []
 
     def nan_late(Xs, y):
         calls.append(len(Xs))
-        return np.full(len(y), np.nan) if len(calls) > 3 else y
+        return np.full(len(y), np.nan) if len(calls) >= first_bad else y
 
-    with pytest.raises(ValueError, match=r"non-finite value \(NaN or inf\) for a query \(query 0 of the batch: nan\)"):
+    with pytest.raises(ValueError, match=match):
         learn(UserOracle(random_model(1, 1, seed=0), mangle=nan_late), 1, heads=1)
+    assert len(calls) == first_bad  # raised at the first bad batch
 
 
 def test_access_counts_and_converts():

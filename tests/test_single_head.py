@@ -1,5 +1,7 @@
 """Tests of attnlearn.single_head: the prior work's baseline (claim C1)."""
 
+import re
+
 import mpmath
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from attnlearn import (
     learn_single_head,
     param_error,
 )
+from attnlearn.errors import CheckFailedError
 from attnlearn.single_head import balanced_basis
 
 
@@ -25,10 +28,10 @@ def single_head(rng, d):
 def test_float64_recovery(d):
     m = single_head(np.random.default_rng(50 + d), d)
     o = Oracle(m)
-    r = learn_single_head(o, d)
-    assert o.queries == d * d + d
+    r = learn_single_head(o, d)  # d^2 + d queries, then 4 of 2 tokens that verify the head
+    assert o.queries == d * d + d + 4
     assert o.max_length == 2
-    assert dict(o.lengths) == {1: d, 2: d * d}
+    assert dict(o.lengths) == {1: d, 2: d * d + 4}
     assert not r.exact and r.H == 1
     assert param_error(r, canonical(m)) <= 1e-9
 
@@ -37,7 +40,7 @@ def test_float64_recovery(d):
 def test_exact_recovery(d):
     m = single_head(np.random.default_rng(50 + d), d)
     o = Oracle(m, precision=60)
-    r = learn_single_head(o, d)
+    r = learn_single_head(o, d, holdout=0)  # the algorithm alone: exactly d^2 + d queries
     assert o.queries == d * d + d
     assert r.exact
     err = param_error(r, canonical(m.to_mpmath()))
@@ -130,14 +133,17 @@ def two_head(seed, d=4):
     return MultiHeadAttention(rng.normal(size=(2, d, d)) / np.sqrt(d), rng.normal(size=(2, d))), rng
 
 
-def test_two_heads_wrong_model():
-    """Seed 0: the log-ratios happen to be positive; the one head returned is wrong."""
+def test_two_heads_wrong_model_is_caught_by_the_verification():
+    """Seed 0: the log-ratios happen to be positive, so the algorithm builds one head; it is wrong
+    (``holdout=0`` returns it unverified), and the default verification queries raise instead."""
     m, rng = two_head(0)
-    r = learn_single_head(Oracle(m), 4)
+    r = learn_single_head(Oracle(m), 4, holdout=0)
     assert r.H == 1
     Xs = rng.normal(size=(1000, 5, 4))
     assert np.max(np.abs(r.batch(Xs) - m.batch(Xs))) > 1.0
     assert param_error(r, canonical(m)) == float("inf")
+    with pytest.raises(CheckFailedError, match=r"misses the oracle on 4 verification queries"):
+        learn_single_head(Oracle(m), 4)
 
 
 def test_two_heads_raise():
@@ -182,4 +188,37 @@ def test_bad_d_asks_nothing(d, exc, match):
     o = Oracle(single_head(np.random.default_rng(67), 2))
     with pytest.raises(exc, match=match):
         learn_single_head(o, d)
+    assert o.queries == 0
+
+
+# --- issue 13: never silent: the verification queries catch a model with more heads ---------------
+
+
+@pytest.mark.parametrize("precision, limit", [("float64", r"1e-08"), (40, r"1e-20")])
+@pytest.mark.parametrize("d", [2, 3])
+def test_a_two_head_model_raises_instead_of_returning_one_head(precision, limit, d):
+    from attnlearn.model import random_model
+
+    raised = 0
+    for seed in range(3):
+        o = Oracle(random_model(2, d, seed=seed), precision=precision)
+        try:
+            learn_single_head(o, d)
+        except CheckFailedError as err:
+            assert re.search(r"misses the oracle on 4 verification queries: relative discrepancy \S+ > "
+                             + limit + r": the oracle is not a single noiseless attention head", str(err))
+            raised += 1
+        except RecoveryError as err:  # a negative log-ratio argument stops it earlier
+            assert "is not positive" in str(err)
+        else:
+            raise AssertionError(f"a 2-head model (d = {d}, seed {seed}) returned a single head")
+    assert raised >= 2  # measured: 3 of 3 at d = 2 and 2 of 3 at d = 3 reach the verification
+
+
+def test_holdout_and_seed_are_validated():
+    o = Oracle(single_head(np.random.default_rng(0), 2))
+    with pytest.raises(ValueError, match=r"holdout must be a non-negative integer, got -1"):
+        learn_single_head(o, 2, holdout=-1)
+    with pytest.raises(TypeError, match=r"seed must be None, a non-negative integer"):
+        learn_single_head(o, 2, seed=1.5)
     assert o.queries == 0

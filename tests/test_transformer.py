@@ -159,10 +159,13 @@ def test_exact_recovery_is_functionally_equivalent(d, H, k):
     with mpmath.workdps(DPS):
         D = canonical(T.to_mpmath().difference_model())
     assert param_error(rec.attention.model, D) <= 1e-30
-    assert rec.queries["attention"] == 2 * query_budget(d, H)[0]
+    # (step 1's own verification queries counted apart from its design, as in learn)
+    assert rec.attention.queries["design"] == query_budget(d, H)[0]
+    assert rec.queries["attention"] == 2 * rec.attention.queries["total"]
     assert rec.queries["total"] == oracle.queries
     assert sum(rec.queries[s] for s in ("attention", "kinks", "gradients", "holdout")) == rec.queries["total"]
     assert rec.residuals["holdout"] <= 1e-30 and rec.residuals["value_check"] <= 1e-30
+    assert rec.verified and rec.attention.verified
 
 
 def test_max_heads_upper_bound():
@@ -419,7 +422,7 @@ def test_an_oracle_without_the_protocol_is_named_by_learn_transformer():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"heads": 10**6}, r"32,000,053 queries \(step 1 \(design\) 28,000,002, step 1 \(held-out\) 4,000,002, kink "
+        ({"heads": 10**6}, r"32,000,061 queries \(step 1 \(design\) 28,000,002, step 1 \(held-out\) 4,000,010, kink "
                            r"grid 17, held-out 32\) of up to 2,000,001 tokens, more than max_queries = 10,000,000"),
         ({"heads": 1, "holdout": 10**9}, r"1,000,000,111 queries .* held-out 1,000,000,000\) of up to 3 tokens, more "
                                          r"than max_queries = 10,000,000: pass max_queries=1000000111 to allow it"),
@@ -442,3 +445,10 @@ def test_the_transformer_cost_estimate_counts_step_one():
     parts, _ = learn_cost(2, 1, robust=False, holdout=32)  # learn's float64 default on D
     assert rec.queries["attention"] == 2 * sum(parts.values())
     assert rec.queries["holdout"] == 7
+
+
+def test_holdout_zero_is_reported_unverified():
+    T = OneLayerTransformer.random(2, 1, 2, seed=8)
+    rec = learn_transformer(Oracle(T, precision=DPS), 2, heads=1, holdout=0)
+    assert rec.queries["holdout"] == 0 and not rec.verified
+    assert rec.attention.verified  # step 1 still verified its heads of D

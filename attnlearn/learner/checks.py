@@ -10,6 +10,7 @@ import numpy as np
 from .._arith import to_float, to_mp
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError, IllConditionedError
+from .fitting import scale_back
 from .results import Recovery
 
 __all__ = ["check_head_count", "check_first_order", "check_significant", "check_fits", "holdout_batches", "finish"]
@@ -101,8 +102,13 @@ def holdout_batches(rng, holdout, max_length, d, *, f, exact):
 
 
 def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate, holdout, rng, f, tol,
-           holdout_length=None):
+           verified=True, stated=None, holdout_length=None):
     """Check the recovered ``model`` on ``holdout`` held-out queries and return the :class:`Recovery`.
+
+    ``eps_out`` and ``estimate`` are the float64 bounds; with ``stated`` (exact mode: the output error
+    itself, an mpmath number) below ``eps_out`` (beyond 100 digits, see
+    :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and ``output_error``
+    are scaled back to it (:func:`~.fitting.scale_back`).
 
     The held-out queries have every length up to ``holdout_length`` (default ``max_length``, the
     design's longest; ``design="long"`` asks shorter ones, see
@@ -114,14 +120,14 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
         The held-out discrepancy exceeds ``tol.holdout_output`` times the relative output error and
         ``tol.holdout_estimate`` times the error estimate.
     IllConditionedError
-        float64: the error estimate exceeds ``tol.estimate_limit``.
+        The error estimate exceeds ``tol.estimate_limit`` (a relative error above 100% is no result).
     """
     holdout_error = None
     if holdout:
         before = oracle.queries
         batches = holdout_batches(rng, holdout, holdout_length or max_length, model.d, f=f, exact=tol.exact)
         holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
-        queries["holdout"] = oracle.queries - before
+        queries["holdout"] = queries.get("holdout", 0) + oracle.queries - before
         limit = max(tol.holdout_output * eps_out / max(scale_ref, tol.tiny), tol.holdout_estimate * estimate)
         if holdout_error > limit:
             raise CheckFailedError(
@@ -129,13 +135,16 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
                 f"discrepancy {holdout_error:.2e} > {limit:.2e} ({tol.holdout_estimate:g} x the error estimate "
                 f"{estimate:.1e})"
             )
-    if not tol.exact and not estimate <= tol.estimate_limit:
+    if not estimate <= tol.estimate_limit:
         raise IllConditionedError(
             f"first-order error estimate {estimate:.1e} exceeds 1 (100% relative error): the interpolation is "
-            "too ill-conditioned in float64 for this model (use exact mode, robust=True, or fewer heads)"
+            f"too ill-conditioned for this model at output error {eps_out:.1e} ("
+            + ("a smaller output_error, more digits or more heads=" if tol.exact
+               else "use exact mode, robust=True, or fewer heads") + ")"
         )
     queries["total"] = queries["design"] + queries["constants"] + queries["redraws"] + queries["holdout"]
     sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
-    return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length, output_error=eps_out,
-                    error_estimate=estimate, sensitivity=sensitivity, holdout_error=holdout_error,
-                    diagnostics=diagnostics)
+    return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length,
+                    output_error=scale_back(eps_out, eps_out, stated),
+                    error_estimate=scale_back(estimate, eps_out, stated), sensitivity=sensitivity,
+                    holdout_error=holdout_error, diagnostics=diagnostics, verified=bool(verified))

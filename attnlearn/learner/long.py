@@ -736,4 +736,5 @@ def learn_long(ask, opt, tol):
                        condition=np.array([np.linalg.cond(U)] * d), scale={"factor": scale, "probe_max_abs_ell": None},
                        V=ctx.V, redrawn=redrawn, redrawn_blocks=[], link_margin=margins[1:] if d > 1 else None)
     return finish(ask, model, queries, diag, max_length=L, eps_out=eps_out, estimate=estimate,
-                  holdout=opt.holdout, rng=rng, f=scale**2, tol=tol, holdout_length=lt.holdout_length)
+                  holdout=opt.holdout, rng=rng, f=scale**2, tol=tol, holdout_length=lt.holdout_length,
+                  verified=opt.holdout > 0)

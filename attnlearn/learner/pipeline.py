@@ -32,6 +32,7 @@ from .results import Diagnostics, query_budget
 from .robust import redraw
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
 from .tolerances import LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances, Tolerances
+from .verify import verify_fits
 
 __all__ = ["learn", "Options", "check_count", "check_flag", "check_real", "check_seed", "check_oracle",
            "check_cost", "learn_cost"]
@@ -120,9 +121,13 @@ def check_oracle(oracle, d):
 
 
 def holdout_count(holdout, n):
-    """Queries asked for ``holdout`` held-out queries with :math:`n` heads: at least one of every
-    length :math:`1..2n+1` (:func:`~.checks.holdout_batches`), so ``max(holdout, 2n + 1)`` or 0."""
-    return max(holdout, 2 * n + 1) if holdout else 0
+    """Queries asked for ``holdout`` verification queries with :math:`n` heads: the first
+    ``min(holdout, Tolerances.check_configs)`` are check queries (:func:`~.verify.verify_fits`), the
+    rest random sequences of at least one of every length :math:`1..2n+1`
+    (:func:`~.checks.holdout_batches`)."""
+    checks = min(holdout, Tolerances.check_configs)
+    rest = holdout - checks
+    return checks + (max(rest, 2 * n + 1) if rest else 0)
 
 
 def check_cost(parts, longest, *, max_queries, max_length, n):
@@ -303,8 +308,11 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         "no error beyond the oracle's rounding" (and turns on the checks of a stated output
         error); in exact mode it must be :math:`> 0`, the answers having ``dps`` digits.
     holdout : int, optional, keyword-only
-        Number of held-out random queries used to check the result. Default 0 in exact
-        mode (so the count is exactly the paper's) and 32 in float64.
+        Number of verification queries, counted apart from the paper's design (whose count
+        stays exact, ``recovery.queries["design"]``): first up to 4 check queries that the
+        fits must predict (:mod:`attnlearn.learner.verify`), then held-out random sequences
+        the model must reproduce. Default 8 in exact mode and 32 in float64; with 0 the
+        result is returned unverified (``recovery.verified`` False).
     spread : float, optional, keyword-only
         Target for :math:`\max_h|\ell_h|`: after the first configuration the query
         vectors are rescaled so that the pole positions spread about this much. Default
@@ -328,8 +336,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         conditioned (chapter 3; chapter 4 compares the two in exact mode).
     max_queries : int, keyword-only
         Refuse, before any query, a request that needs more queries than this: the design's
-        :math:`4nd^2-2n+1`, robust mode's :math:`d-1` constants and the held-out queries (at
-        least :math:`2n+1` when ``holdout > 0``, one of every length); robust mode's redraws
+        :math:`4nd^2-2n+1`, robust mode's :math:`d-1` constants and the verification queries
+        (:func:`holdout_count`: up to 4 check queries, then random sequences, at least one of
+        every length up to :math:`2n+1`); robust mode's redraws
         depend on the answers and are not counted. Default
         :data:`~attnlearn.learner.tolerances.MAX_QUERIES` (:math:`10^7`).
     max_length : int, keyword-only
@@ -448,6 +457,8 @@ def _pipeline(oracle, opt, tol):
     collect_fits(state, [(fit1, idx1), (fit_rest, rest)], H, errors.output)
     check_fits(state, design.labels, opt.n, heads_given=opt.heads_given, output_error=opt.output_error,
                eps_out=errors.output, tol=tol)
+    # ---- verification, part 1: check queries that the fits must predict (counted as held out)
+    queries["holdout"] = verify_fits(ask, design, state, nodes, count=opt.holdout, eps_out=errors.output, tol=tol)
     diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe_ell=probe_ell)
     # ---- labelling and solves: links label each block, crosses label the blocks
     if H == 0:
@@ -465,8 +476,9 @@ def _pipeline(oracle, opt, tol):
             if mt is not None:
                 setattr(diag, f"{name}_residual", mt.residual)
                 setattr(diag, f"{name}_margin", mt.margin)
-    return finish(oracle, model, queries, diag, max_length=nodes.max_length, eps_out=errors.output,
-                  estimate=estimate, holdout=opt.holdout, rng=rng, f=design.f, tol=tol)
+    return finish(oracle, model, queries, diag, max_length=nodes.max_length, eps_out=errors.output, stated=errors.stated,
+                  estimate=estimate, holdout=opt.holdout - queries["holdout"], rng=rng, f=design.f, tol=tol,
+                  verified=opt.holdout > 0)
 
 
 def _diagnostics(state, design, nodes, *, V, pre, calib, probe_ell):

@@ -7,6 +7,8 @@ Transformer learner).
 
 from dataclasses import dataclass, fields
 
+import mpmath
+
 __all__ = ["Diagnostics", "Recovery", "query_budget"]
 
 
@@ -93,10 +95,12 @@ class Recovery:
         constants), ``holdout`` (verification queries) and ``total``.
     max_length : int
         Longest query asked by the design.
-    output_error : float
-        The absolute output error :math:`\varepsilon` assumed for every oracle answer.
-    error_estimate : float
-        Bound on the relative parameter error (as measured by :func:`param_error`): twice
+    output_error : float or mpmath.mpf
+        The absolute output error :math:`\varepsilon` assumed for every oracle answer (an
+        mpmath number in exact mode beyond 100 digits, where float64 would underflow).
+    error_estimate : float or mpmath.mpf
+        Bound on the relative parameter error (an mpmath number in exact mode beyond 100
+        digits) (as measured by :func:`param_error`): twice
         the first-order bound propagated through every step (chapter 5). With a stated
         ``output_error``, ``learn`` raises instead of returning when some configuration's
         first-order perturbation exceeds 0.1, where such bounds stop meaning anything.
@@ -107,6 +111,10 @@ class Recovery:
         held-out random queries (float64 mode).
     diagnostics : Diagnostics
         Per-configuration diagnostics (:class:`Diagnostics`).
+    verified : bool
+        True when the result passed the verification stage: check queries predicted by the
+        fits (:mod:`attnlearn.learner.verify`) and held-out random sequences, together
+        ``holdout`` queries; False when ``holdout=0`` was asked for.
     """
 
     model: object
@@ -118,9 +126,10 @@ class Recovery:
     sensitivity: float
     holdout_error: float
     diagnostics: Diagnostics
+    verified: bool = False
 
     def __repr__(self):
         return (
             f"Recovery(heads={self.heads}, d={self.model.d}, queries={self.queries['total']}, "
-            f"max_length={self.max_length}, error_estimate={self.error_estimate:.1e})"
+            f"max_length={self.max_length}, error_estimate={mpmath.nstr(self.error_estimate, 2)})"
         )

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerances", "LongTolerances", "MAX_QUERIES", "MAX_LENGTH", "LONG_MIN_LENGTH", "LONG_MAX_HEADS"]
+__all__ = ["Tolerances", "LongTolerances", "MAX_QUERIES", "MAX_LENGTH", "MEASURE_DPS", "LONG_MIN_LENGTH",
+           "LONG_MAX_HEADS"]
 
 EPS64 = np.finfo(float).eps  # float64 unit roundoff (an np.float64, as the learner has always used it)
 
@@ -41,6 +42,16 @@ LONG_MIN_LENGTH = 64
 #: heads (:math:`H!` curves: 40,320 at :math:`H=8`).
 LONG_MAX_HEADS = 8
 
+#: Digits at which the verification stage polishes a float64 fit onto its own samples (three
+#: Gauss-Newton steps, :func:`~.verify.polish_onto_samples`) before it predicts a check query: the
+#: float64 parameters are converted exactly, so the step measures and removes the fit's miss of
+#: its samples and not the rounding of a float64 evaluation (about
+#: :math:`\varepsilon_{64}\sum_h|\gamma_h/(1+\rho_ht)|`, above :math:`|F|` where residues cancel).
+#: Ill-conditioned float64 fits miss their samples by up to 4e3 times the output error on correct
+#: recoveries (noise sweep) and by 1e3-1e6 times under undeclared noise (d = 1, issue 13); after
+#: three steps at 40 digits every one of them missed by less than 1e-30.
+MEASURE_DPS = 40
+
 
 @dataclass(frozen=True)
 class Tolerances:
@@ -57,6 +68,15 @@ class Tolerances:
         :math:`\max|F|`. float64: :math:`4\epsilon_{64}` (a softmax-weighted sum of a few
         terms, each rounded once: a few ulps of the largest output). Exact mode:
         :math:`10^{1-\mathrm{dps}}` (one digit of slack on the oracle's ``dps`` digits).
+    bound_floor : float
+        Exact mode: the float64 error bounds are computed for an output error of at least
+        :math:`10^{-100}` (relative to the output scale), so that their squares (the weights of
+        the least-squares solves) stay inside float64's range; beyond 100 digits the reported
+        ``error_estimate`` and ``output_error`` are the bounds scaled back to the oracle's
+        rounding, as mpmath numbers (first-order bounds are linear in the output error). 0 in
+        float64.
+    dps : int or None
+        Exact mode: the oracle's digits.
     output_floor : float
         Floor of :math:`\max|F|` in that product: :math:`10^{-300}` in float64 (the zero
         function still gets a positive error), 1 in exact mode (the error is never below
@@ -65,7 +85,8 @@ class Tolerances:
         Exact mode without a stated output error: residual tolerance of every fit, per
         unit of :math:`\max(\max|F|,1)`: :math:`10^{-\mathrm{dps}/2}`, half the digits (a
         wrong degree leaves a residual of order 1, a right one of order
-        :math:`10^{-\mathrm{dps}}`). None in float64.
+        :math:`10^{-\mathrm{dps}}`), at least :math:`10^{-100}` (float64's range). None in
+        float64.
     residual_factor : float
         Residual tolerance of a fit of :math:`m` samples, in units of the sample error:
         ``residual_factor * sqrt(m)`` (a residual vector of :math:`m` entries each within the
@@ -89,8 +110,18 @@ class Tolerances:
         Bounds :math:`[1/16, 4]` of the query-scale factor: one probe value can be small by
         chance, and a bounded correction avoids extreme poles.
     holdout : int
-        Default number of held-out queries: 0 in exact mode (the count stays exactly the
-        paper's), 32 in float64.
+        Default number of held-out queries, counted apart from the paper's design (whose count
+        stays exact): 8 in exact mode, 32 in float64. The first of them are check queries
+        (``check_configs``), the rest random sequences.
+    check_configs : int
+        At most 4 configurations get one check query each: a node the fit did not use,
+        predicted by the fit (catches undeclared noise, too few heads, an oracle that is not
+        attention, where the design has no redundancy, e.g. :math:`d=1`).
+    check_safety : float
+        A check query's answer must lie within 10 times its first-order prediction bound in
+        float64 (first-order bounds; second-order terms of a few per cent) and within
+        :math:`10^6` times in exact mode (as ``match_safety``: the bounds are far below what
+        a wrong premise moves, order one).
     match_safety : float
         Matching tolerance in units of the first-order error bound of the compared points:
         3 in float64 (first-order bounds, second-order terms of a few per cent); :math:`10^6`
@@ -148,6 +179,8 @@ class Tolerances:
     output_rounding: float
     output_floor: float
     exact_residual: float | None
+    bound_floor: float = 0.0
+    dps: int = None
     residual_factor: float = 30
     tiny: float = 1e-300
     huge: float = 1e300
@@ -157,6 +190,8 @@ class Tolerances:
     spread_copies: float = 1.0
     scale_clip: tuple = (1 / 16, 4)
     holdout: int = 32
+    check_configs: int = 4
+    check_safety: float = 10.0
     match_safety: float = 3.0
     ambiguity: float = 4.0
     redraw_factor: float = 100
@@ -177,8 +212,9 @@ class Tolerances:
     def for_mode(cls, *, exact, dps=None):
         """The policy of float64 mode (``exact=False``) or of exact mode at ``dps`` digits."""
         if exact:
-            return cls(exact=True, output_rounding=10.0 ** (1 - dps), output_floor=1.0,
-                       exact_residual=10.0 ** (-dps / 2), holdout=0, match_safety=1e6)
+            return cls(exact=True, output_rounding=10.0 ** (1 - dps), output_floor=1.0, bound_floor=1e-100,
+                       dps=dps, exact_residual=max(10.0 ** (-dps / 2), 1e-100), holdout=8, match_safety=1e6,
+                       check_safety=1e6)
         return cls(exact=False, output_rounding=4 * EPS64, output_floor=1e-300, exact_residual=None)
 
     def default_spread(self, nodes):
