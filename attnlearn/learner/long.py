@@ -89,7 +89,8 @@ def long_cost(d, H, L, *, tol):
     ``V`` (:math:`d`), the probe, the two passes (:math:`2d` configurations per group each), the
     links (three per group after the first, none with one head); every configuration costs one query per ratio."""
     R = len(ratio_grid(L, tol.ratios(H))[0])
-    parts = {"V": d, "probe": tol.probe_configs * R, "coarse": d * tol.per_group(d) * R,
+    parts = {"V": d, "probe": tol.probe_configs * R, "anchor": d * (tol.base_tries + 1) * R,
+             "coarse": d * tol.per_group(d) * R,
              "placed": d * tol.per_group(d) * R, "links": (d - 1) * tol.link_configs * R if H > 1 else 0}
     return parts, L
 
@@ -391,41 +392,109 @@ def _unit(rng, d):
 
 
 def coarse_pass(ctx, u, scale, *, rng):
-    r"""The first pass of one group: :math:`2d` random :math:`q` of norm ``scale``; every
-    configuration fitted alone (AAA start, weighted LM), the heads labelled against the
-    sorted-median reference of :math:`\gamma`, then the joint fit (:func:`fit_group`).
+    r"""The first pass of one group, anchored: labels by continuity, not by clustering heights.
+
+    1. :func:`_anchor`: ``tol.base_tries`` random :math:`q` of norm ``scale``, each fitted
+       alone; the one whose steps are best separated relative to their extent (smallest gap
+       over largest :math:`|c_h|`) is the anchor :math:`q_0`, stretched (:math:`c` is linear in
+       :math:`q`) so that its farthest step sits ``tol.stretch`` nats out, and asked again.
+    2. :math:`2d` nudged configurations :math:`q_0+\eta w_j` (:math:`w_j` two random orthonormal
+       bases): :math:`\eta` moves the steps by about ``tol.nudge`` of the anchor's smallest gap,
+       so every configuration's fit starts at the anchor's positions and its heads are labelled
+       by the nearest anchor step (Hungarian on :math:`|c-c_0|`).
+    3. The joint fit of the group (:func:`fit_group`) with shared :math:`\gamma`, configurations
+       above the noise repaired (:func:`_repair`).
+
+    With random :math:`q` and :math:`H\ge4` most configurations have two steps within half a nat
+    (four positions of root mean square 2 nats), and heights :math:`\gamma_h` of two heads are
+    often alike: labels by clustering :math:`\gamma` fail there (``DESIGN-noise.md``). A nudged
+    configuration's steps stay within a fraction of a gap of the anchor's.
 
     Returns ``(Q, F, sd, ends, fit)``."""
-    d, H = ctx.d, ctx.H
-    m = ctx.tol.per_group(d)
-    Q = np.array([_unit(rng, d) * scale for _ in range(m)])
-    Fs, sds, ends, singles = [], [], [], []
-    for q in Q:
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    chi2_ok = tol.chi2_factor * _dof(ctx, H)
+    q0, F0, sd0, e0, single0 = _anchor(ctx, u, scale, rng=rng)
+    c_anchor = single0[1]
+    gap = np.min(np.diff(c_anchor)) if H > 1 else np.inf
+    rms = max(np.sqrt(np.mean(c_anchor**2)), 1e-12)
+    move = min(tol.nudge * gap, tol.nudge_max)
+    eta = move * np.linalg.norm(q0) / rms
+    m = tol.per_group(d)
+    Wd = np.vstack([np.linalg.qr(rng.normal(size=(d, d)))[0].T for _ in range(-(-m // d))])[:m]
+    Q, Fs, sds, ends, singles, perms = [q0], [F0], [sd0], [e0], [single0], [np.arange(H)]
+    for w in Wd:
+        q = q0 + eta * w
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        singles.append(fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3],
-                                  chi2_ok=ctx.tol.chi2_factor * _dof(ctx, H), rng=rng))
+        single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=c_anchor,
+                            chi2_ok=chi2_ok, rng=rng)
+        rows, cols = linear_sum_assignment(np.abs(single[1][:, None] - c_anchor[None, :]))
+        p = np.empty(H, int)
+        p[cols] = rows
+        Q.append(q)
         Fs.append(F)
         sds.append(sd)
         ends.append(e)
-    F, sd = np.array(Fs), np.array(sds)
+        singles.append(single)
+        perms.append(p)
+    Q, F, sd = np.array(Q), np.array(Fs), np.array(sds)
     ends = tuple(np.array(x) for x in zip(*ends))
-    ok = np.array([s[3] <= ctx.tol.chi2_factor * _dof(ctx, H) for s in singles])
-    if not ok.any():
-        raise IllConditionedError(
-            f"no configuration of a group was fitted within {ctx.tol.chi2_factor:g} x its noise (best chi2 per "
-            f"degree of freedom {min(s[3] for s in singles) / _dof(ctx, H):.3g}): the stated noise is too small, "
-            "or the steps are beyond the window")
-    ref, perms = _label_to_reference([s[2] for s in singles], ok)
-    c0 = np.array([s[1][p] for s, p in zip(singles, perms)])
-    C0 = np.array([s[0] for s in singles])
-    # the heights from the configurations fitted within the noise, then the others placed under them
-    sub = _fit_group_checked(ctx, F[ok], sd[ok], tuple(e[ok] for e in ends), ref, C0[ok], c0[ok])
+    ok = np.array([sg[3] <= chi2_ok for sg in singles])
+    c0 = np.array([sg[1][p] for sg, p in zip(singles, perms)])
+    C0 = np.array([sg[0] for sg in singles])
+    sub = _fit_group_checked(ctx, F[ok], sd[ok], tuple(e[ok] for e in ends), single0[2], C0[ok], c0[ok])
     fit = GroupFit(g=sub.g, C=C0, c=c0, g_sd=sub.g_sd, c_sd=np.zeros_like(c0), chi2=np.where(ok, 0.0, np.inf),
                    reduced=sub.reduced)
     fit.C[ok], fit.c[ok] = sub.C, sub.c
     fit = _repair(ctx, F, sd, ends, fit)
     return Q, F, sd, ends, fit
+
+
+def _anchor(ctx, u, scale, *, rng):
+    """:func:`coarse_pass`'s anchor: the best separated of ``tol.base_tries`` random
+    configurations, stretched to ``tol.stretch`` nats and asked again; returns ``(q0, F, sd,
+    ends, (C, c, g, chi2))`` of the stretched configuration, its heads sorted by position.
+
+    Raises
+    ------
+    IllConditionedError
+        No candidate fitted within the noise, or the stretched configuration's steps are not
+        where the candidate's, stretched, predict them (positions not linear in :math:`q`).
+    """
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    chi2_ok = tol.chi2_factor * _dof(ctx, H)
+    best, chi2s = None, []
+    for _ in range(tol.base_tries):
+        q = _unit(rng, d) * scale
+        F, sd = ctx.config(u, q)
+        e = ctx.ends(u, q)
+        C, c, g, chi2 = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], chi2_ok=chi2_ok,
+                                   rng=rng)
+        chi2s.append(chi2)
+        if not chi2 <= chi2_ok:
+            continue
+        sep = (np.min(np.diff(c)) if H > 1 else 1.0) / max(np.max(np.abs(c)), 1e-12)
+        if best is None or sep > best[0]:
+            best = (sep, q, c)
+    if best is None:
+        raise IllConditionedError(
+            f"no configuration of a group was fitted within {tol.chi2_factor:g} x its noise (best chi2 per "
+            f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
+            "or the steps are beyond the window")
+    _, q, c = best
+    alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c)), 1e-12), *tol.stretch_clip))
+    q0 = alpha * q
+    F, sd = ctx.config(u, q0)
+    e = ctx.ends(u, q0)
+    single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=alpha * c, chi2_ok=chi2_ok,
+                        rng=rng)
+    gap = np.min(np.diff(alpha * c)) if H > 1 else np.inf
+    if not (single[3] <= chi2_ok and np.max(np.abs(single[1] - alpha * c)) <= 0.5 * min(gap, 2.0)):
+        raise IllConditionedError(
+            "a group's anchor configuration, stretched, does not show its steps where the stretch puts them "
+            f"(chi2 per degree of freedom {single[3] / _dof(ctx, H):.3g}): its heads cannot be told apart at "
+            "this output error")
+    return q0, F, sd, e, single
 
 
 def _dof(ctx, H):
