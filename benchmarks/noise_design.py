@@ -5,6 +5,8 @@
     python benchmarks/noise_design.py --row 2,16,6e-8,20   # one row: H, d, eps, models
     python benchmarks/noise_design.py --workers 8      # local processes; --scheduler tcp://host:8786 for Dask
     python benchmarks/noise_design.py --out PATH       # the records as JSON
+    python benchmarks/noise_design.py --row 4,16,6e-8,10 --first 10 --out b.json  # seeds 10..19
+    python benchmarks/noise_design.py --merge a.json b.json --out row.json         # one row from parts
 
 Every trial: model ``random_model(H, d, seed=MODEL_SEED + 1000 d + 100_000 H + s)`` (W_h ~ N(0, 1/d),
 v_h ~ N(0, 1)), oracle answers times (1 + eps N(0, 1)) (:class:`attnlearn.RelativeNoise`, noise
@@ -107,10 +109,21 @@ def summary(H, d, eps, recs):
             "median_seconds": float(np.median([r["t"] for r in recs]))}
 
 
-def row(H, d, eps, models, *, workers, scheduler):
-    recs = run_trials(trial, [(H, d, eps, s) for s in range(models)], workers=workers, scheduler=scheduler,
-                      desc=f"H={H} d={d} eps={eps:.0e}")
+def row(H, d, eps, models, *, workers, scheduler, first=0):
+    recs = run_trials(trial, [(H, d, eps, s) for s in range(first, first + models)], workers=workers,
+                      scheduler=scheduler, desc=f"H={H} d={d} eps={eps:.0e}")
     return summary(H, d, eps, recs), recs
+
+
+def merged(paths):
+    """The rows of several ``--out`` files (the same row's seeds split over runs) joined by (H, d, eps)."""
+    rows = {}
+    for path in paths:
+        with open(path) as fh:
+            for item in json.load(fh):
+                s = item["summary"]
+                rows.setdefault((s["H"], s["d"], s["eps"]), []).extend(item["records"])
+    return [(key, recs) for key, recs in rows.items()]
 
 
 def show(s):
@@ -131,7 +144,19 @@ def main():
     ap.add_argument("--workers", type=int, default=2, help="local worker processes (records do not depend on it)")
     ap.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786) instead")
     ap.add_argument("--out", metavar="PATH", help="write the summaries and records as JSON")
+    ap.add_argument("--first", type=int, default=0, help="first model seed of --row (split a row over runs)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="join --out files of one row's parts and print it")
     args = ap.parse_args()
+    if args.merge:
+        out = []
+        for (H, d, eps), recs in merged(args.merge):
+            s = summary(H, d, eps, recs)
+            show(s)
+            out.append({"summary": s, "records": recs})
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump(out, fh, indent=1)
+        return
     if args.row:
         rows = []
         for text in args.row:
@@ -141,7 +166,7 @@ def main():
         rows = {"small": SMALL, "accept": ACCEPT, "all": SMALL + ACCEPT}[args.rows]
     out = []
     for H, d, eps, models in rows:
-        s, recs = row(H, d, eps, models, workers=args.workers, scheduler=args.scheduler)
+        s, recs = row(H, d, eps, models, workers=args.workers, scheduler=args.scheduler, first=args.first)
         show(s)
         out.append({"summary": s, "records": recs})
         if args.out:
