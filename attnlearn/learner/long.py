@@ -20,11 +20,14 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (``/work/shared/DE
    the same in every configuration of a group (it labels the heads there) and :math:`c_h` is
    linear in :math:`q`, so :math:`y_{h,k}=W_h^\top u_k` comes from a weighted least-squares fit
    over the group (:func:`regress_y`).
-4. :func:`coarse_pass`: :math:`2d` random :math:`q` per group; every configuration started by
-   AAA (:class:`scipy.interpolate.AAA`, poles :math:`w=-e^{c_h}` in :math:`w=b/a`) and refined
-   by weighted Levenberg–Marquardt (:func:`scipy.optimize.least_squares`); the heads labelled
-   by :math:`\gamma` against the group's sorted-median reference; then one joint fit of the
-   group with shared :math:`\gamma` (:func:`fit_group`, a block Levenberg–Marquardt).
+4. :func:`coarse_pass`, anchored: the best separated of a few random :math:`q` (each fitted
+   alone: AAA start, :class:`scipy.interpolate.AAA`, poles :math:`w=-e^{c_h}` in :math:`w=b/a`,
+   then weighted Levenberg–Marquardt, :func:`scipy.optimize.least_squares`) is stretched so its
+   steps span the window, then :math:`2d` nudged :math:`q_0+\eta w_j` are fitted from its
+   positions and labelled by the nearest of them (continuity, not clustering of
+   :math:`\gamma`: at :math:`H\ge4` random :math:`q` put two steps within half a nat in most
+   configurations); then one joint fit of the group with shared :math:`\gamma`
+   (:func:`fit_group`, a block Levenberg–Marquardt).
 5. :func:`placed_pass`: :math:`2d` more :math:`q` per group, *placed* so that the predicted
    steps sit ``LongTolerances.spacing`` nats apart (the Cramér–Rao bound of a configuration is
    smallest near 2 nats); started at the prediction, fitted jointly with the first pass.
@@ -37,7 +40,8 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (``/work/shared/DE
    the regression and the solves, then :func:`~.checks.finish` (held-out queries).
 
 The noise model is :math:`\sigma_i = \sqrt{\varepsilon_a^2 + (\varepsilon_r F_i)^2} +
-4\epsilon_{64}|F_i|` (``output_error`` absolute, ``relative_error`` relative); every fit is
+4\epsilon_{64}|F_i|` plus a float64 oracle's summation rounding (:func:`noise_sd`;
+``output_error`` absolute, ``relative_error`` relative); every fit is
 weighted by it and every covariance is scaled by :math:`\max(1,\chi^2/\mathrm{dof})`.
 
 References
