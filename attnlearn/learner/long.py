@@ -475,8 +475,8 @@ def _anchor(ctx, u, scale, *, rng):
     Raises
     ------
     IllConditionedError
-        No candidate fitted within the noise, or the stretched configuration not fitted within
-        it.
+        No candidate fitted within the noise, or the stretched configuration's steps are not
+        where the candidate's, stretched, predict them (positions not linear in :math:`q`).
     """
     d, H, tol = ctx.d, ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
@@ -505,12 +505,12 @@ def _anchor(ctx, u, scale, *, rng):
     e = ctx.ends(u, q0)
     single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=alpha * c, chi2_ok=chi2_ok,
                         rng=rng)
-    if not single[3] <= chi2_ok:
+    gap = np.min(np.diff(alpha * c)) if H > 1 else np.inf
+    if not (single[3] <= chi2_ok and np.max(np.abs(single[1] - alpha * c)) <= 0.5 * min(gap, 2.0)):
         raise IllConditionedError(
-            "a group's anchor configuration, stretched, is not fitted within the noise (chi2 per degree of "
-            f"freedom {single[3] / _dof(ctx, H):.3g}): its heads cannot be told apart at this output error")
-    # its own fit labels the group (the candidate's positions, stretched, only started it: with many
-    # heads the candidate's closest steps are blurred, the stretched configuration resolves them)
+            "a group's anchor configuration, stretched, does not show its steps where the stretch puts them "
+            f"(chi2 per degree of freedom {single[3] / _dof(ctx, H):.3g}): its heads cannot be told apart at "
+            "this output error")
     return q0, F, sd, e, single
 
 
