@@ -69,7 +69,7 @@ from .results import Diagnostics
 from .tolerances import LongTolerances
 
 __all__ = ["learn_long", "long_cost", "ratio_grid", "noise_sd", "ask_V", "probe_scale", "fit_config",
-           "fit_group", "regress_y", "coarse_pass", "placed_pass", "link_groups", "solve_heads",
+           "fit_group", "regress_y", "coarse_pass", "random_pass", "placed_pass", "link_groups", "solve_heads",
            "estimate_error", "check_V", "draw_groups", "GroupFit"]
 
 
@@ -93,7 +93,8 @@ def long_cost(d, H, L, *, tol):
     ``V`` (:math:`d`), the probe, the two passes (:math:`2d` configurations per group each), the
     links (three per group after the first, none with one head); every configuration costs one query per ratio."""
     R = len(ratio_grid(L, tol.ratios(H))[0])
-    parts = {"V": d, "probe": tol.probe_configs * R, "anchor": d * (tol.base_tries + 1) * R,
+    parts = {"V": d, "probe": tol.probe_configs * R,
+             "anchor": d * (tol.base_tries + 1) * R if H >= tol.anchored_heads else 0,
              "coarse": d * tol.per_group(d) * R,
              "placed": d * tol.per_group(d) * R, "links": (d - 1) * tol.link_configs * R if H > 1 else 0}
     return parts, L
@@ -514,6 +515,47 @@ def _anchor(ctx, u, scale, *, rng):
     return q0, F, sd, e, single
 
 
+def random_pass(ctx, u, scale, *, rng):
+    r"""The first pass of one group with at most ``tol.anchored_heads - 1`` heads (the
+    measured choice there: 20/20 at :math:`H=2`, :math:`d=16`, where the anchored pass's
+    nudged configurations, bunched around one :math:`q_0`, gave 14/20): :math:`2d` random
+    :math:`q` of norm ``scale``; every
+    configuration fitted alone (AAA start, weighted LM), the heads labelled against the
+    sorted-median reference of :math:`\gamma`, then the joint fit (:func:`fit_group`).
+
+    Returns ``(Q, F, sd, ends, fit)``."""
+    d, H = ctx.d, ctx.H
+    m = ctx.tol.per_group(d)
+    Q = np.array([_unit(rng, d) * scale for _ in range(m)])
+    Fs, sds, ends, singles = [], [], [], []
+    for q in Q:
+        F, sd = ctx.config(u, q)
+        e = ctx.ends(u, q)
+        singles.append(fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3],
+                                  chi2_ok=ctx.tol.chi2_factor * _dof(ctx, H), rng=rng))
+        Fs.append(F)
+        sds.append(sd)
+        ends.append(e)
+    F, sd = np.array(Fs), np.array(sds)
+    ends = tuple(np.array(x) for x in zip(*ends))
+    ok = np.array([s[3] <= ctx.tol.chi2_factor * _dof(ctx, H) for s in singles])
+    if not ok.any():
+        raise IllConditionedError(
+            f"no configuration of a group was fitted within {ctx.tol.chi2_factor:g} x its noise (best chi2 per "
+            f"degree of freedom {min(s[3] for s in singles) / _dof(ctx, H):.3g}): the stated noise is too small, "
+            "or the steps are beyond the window")
+    ref, perms = _label_to_reference([s[2] for s in singles], ok)
+    c0 = np.array([s[1][p] for s, p in zip(singles, perms)])
+    C0 = np.array([s[0] for s in singles])
+    # the heights from the configurations fitted within the noise, then the others placed under them
+    sub = _fit_group_checked(ctx, F[ok], sd[ok], tuple(e[ok] for e in ends), ref, C0[ok], c0[ok])
+    fit = GroupFit(g=sub.g, C=C0, c=c0, g_sd=sub.g_sd, c_sd=np.zeros_like(c0), chi2=np.where(ok, 0.0, np.inf),
+                   reduced=sub.reduced)
+    fit.C[ok], fit.c[ok] = sub.C, sub.c
+    fit = _repair(ctx, F, sd, ends, fit)
+    return Q, F, sd, ends, fit
+
+
 def _dof(ctx, H):
     """Degrees of freedom of one configuration's fit (ratios + 2 ends - 2H - 1 parameters)."""
     return max(len(ctx.z) + 2 - (2 * H + 1), 1)
@@ -752,7 +794,8 @@ def _group(ctx, u, scale, rng):
 def _passes(ctx, u, scale, rng):
     """:func:`_group`'s stages."""
     tol = ctx.tol
-    Q1, F1, sd1, e1, fit1 = coarse_pass(ctx, u, scale, rng=rng)
+    first = coarse_pass if ctx.H >= tol.anchored_heads else random_pass
+    Q1, F1, sd1, e1, fit1 = first(ctx, u, scale, rng=rng)
     Y1, _, _ = regress_y(Q1, fit1, tol=tol)
     Q2, F2, sd2, e2, pred = placed_pass(ctx, u, Y1, scale, rng=rng)
     Q = np.vstack([Q1, Q2])
