@@ -62,9 +62,12 @@ install: $(STAMP)
 # file with the tolerance documented in benchmarks/noise.py. `make sweeps` re-runs
 # the full sweep into _build/ (~5 min on 2 cores) and compares it with the committed
 # one; `python benchmarks/noise.py --save` (by hand) replaces the committed file.
+# SWEEP_ARGS passes the engine: `make sweeps SWEEP_ARGS="--workers 8"` or
+# `SWEEP_ARGS="--scheduler tcp://host:8786"` (a Dask cluster); the records do not change.
+SWEEP_ARGS ?=
 sweeps: install
 	mkdir -p _build
-	$(BIN)/python benchmarks/noise.py --out _build/noise_sweep.json
+	$(BIN)/python benchmarks/noise.py --out _build/noise_sweep.json $(SWEEP_ARGS)
 	$(BIN)/python benchmarks/noise.py --compare benchmarks/results/noise_sweep.json _build/noise_sweep.json
 
 book: install

@@ -19,7 +19,7 @@ from .errors import (
 )
 from .learner import Recovery, learn, query_budget
 from .model import MultiHeadAttention
-from .oracle import Float32Rounding, GaussianNoise, Oracle, UniformNoise
+from .oracle import Float32Rounding, GaussianNoise, Oracle, RelativeNoise, UniformNoise
 from .progress import progress
 from .regression import RegressionFit, fit_regression, random_queries
 from .single_head import learn_single_head
@@ -32,6 +32,7 @@ __all__ = [
     "UniformNoise",
     "GaussianNoise",
     "Float32Rounding",
+    "RelativeNoise",
     "canonical",
     "default_atol",
     "param_error",

@@ -15,7 +15,7 @@ from ._arith import is_mp, to_float, to_mp
 from .learner.pipeline import check_real, check_seed
 from .model import check_sequences
 
-__all__ = ["Oracle", "UniformNoise", "GaussianNoise", "Float32Rounding", "PERTURB_ENV", "PERTURB_ULPS"]
+__all__ = ["Oracle", "UniformNoise", "GaussianNoise", "RelativeNoise", "Float32Rounding", "PERTURB_ENV", "PERTURB_ULPS"]
 
 #: Environment variable of the perturbation mode (see :class:`Oracle`): an integer seed.
 PERTURB_ENV = "ATTNLEARN_PERTURB"
@@ -79,6 +79,30 @@ class GaussianNoise:
         return f"GaussianNoise(sigma={self.sigma:.3g})"
 
 
+class RelativeNoise:
+    r"""Output error relative to the answer, :math:`\varepsilon\,|F|\,\mathcal N(0,1)` (unbounded;
+    ``bound`` is :math:`5\varepsilon\max|F|`): float32-level noise at :math:`\varepsilon=6\cdot10^{-8}`
+    (chapter 5, ``learn(..., design="long", relative_error=...)``).
+
+    Parameters
+    ----------
+    epsilon : float
+        A finite real number :math:`\ge 0` (not a bool): TypeError or ValueError naming it otherwise.
+    """
+
+    def __init__(self, epsilon):
+        self.epsilon = float(check_real(epsilon, "epsilon"))
+
+    def bound(self, y):
+        return 5.0 * self.epsilon * float(np.max(np.abs(to_float(y)))) if len(y) else 0.0
+
+    def sample(self, rng, y):
+        return self.epsilon * np.abs(to_float(y)) * rng.normal(size=len(y))
+
+    def __repr__(self):
+        return f"RelativeNoise(epsilon={self.epsilon:.3g})"
+
+
 class Float32Rounding:
     """Outputs rounded to the nearest float32 (relative error at most 2**-24)."""
 
@@ -104,7 +128,7 @@ class Oracle:
         ``"float64"`` evaluates in numpy. An integer ``p > 0`` is exact mode: the model's
         parameters are taken exactly as mpmath numbers and every output is computed with
         mpmath at ``p`` decimal digits and returned as ``mpmath.mpf``.
-    noise : UniformNoise, GaussianNoise, Float32Rounding or None, keyword-only
+    noise : UniformNoise, GaussianNoise, RelativeNoise, Float32Rounding or None, keyword-only
         Additive output error model (chapter 5), drawn from ``seed``.
     seed : int, sequence of int, numpy Generator or None, keyword-only
         Seed of the noise generator (anything :func:`numpy.random.default_rng` takes, but not

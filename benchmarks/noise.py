@@ -24,6 +24,11 @@ tests/test_noise.py use it to check fresh runs against the committed file).
 
     python benchmarks/noise.py --out PATH      # full sweep written to PATH (the tracked file untouched)
     python benchmarks/noise.py --compare OLD.json NEW.json   # outcomes, errors, conclusions
+    python benchmarks/noise.py --workers 8     # local processes (joblib/loky); records do not change
+    python benchmarks/noise.py --scheduler tcp://host:8786   # the trials on a Dask cluster
+
+Every trial is one task of :func:`attnlearn.sweeps.run_trials`, seeded by its key (d, H, noise,
+eps, seed), so the records are the same for any number of workers and either engine.
 """
 
 import os
@@ -33,7 +38,6 @@ for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import multiprocessing  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -50,6 +54,7 @@ from attnlearn import (  # noqa: E402
     param_error,
 )
 from attnlearn.model import random_model  # noqa: E402
+from attnlearn.sweeps import run_trials  # noqa: E402
 
 HS = (1, 2, 3)
 DS = (2, 4, 8)
@@ -104,7 +109,7 @@ def trial(d, H, noise, eps, s):
         rec = learn(oracle, d, heads=H, seed=s, robust=robust, output_error=told)
     except RecoveryError as exc:
         return {"o": type(exc).__name__, "t": _g(told)}
-    except Warning as w:  # warnings are errors here (see _cell): recorded, never silent
+    except Warning as w:  # warnings are errors here (see keyed_trial): recorded, never silent
         return {"o": "warning: " + type(w).__name__, "t": _g(told)}
     err = param_error(rec.model, canonical(model))
     margins = [np.min(rec.diagnostics[k]) for k in ("link_margin", "cross_margin") if rec.diagnostics[k] is not None]
@@ -201,11 +206,12 @@ def same_record(new, old):
     return e_ok and abs(new["b"] - old["b"]) <= tol_b
 
 
-def _cell(args):
-    d, H, noise, eps, seeds = args
+def keyed_trial(key):
+    """The trial of ``key = (d, H, noise, eps, s)``, with warnings turned into records (a warning
+    would be a bug: surfaced, never silent). Run by :func:`attnlearn.sweeps.run_trials`."""
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a warning would be a bug: surface it
-        return [trial(d, H, noise, eps, s) for s in seeds]
+        warnings.simplefilter("error")
+        return trial(*key)
 
 
 def silent(r):
@@ -260,42 +266,35 @@ def threshold(cells):
     return None
 
 
-def sweep(trials, hs=HS, ds=DS, noises=NOISES, eps_grid=EPS, processes=2, verbose=True, path=None):
+def sweep(trials, hs=HS, ds=DS, noises=NOISES, eps_grid=EPS, workers=2, scheduler=None, verbose=True, path=None):
+    """The sweep: every cell's trials through :func:`attnlearn.sweeps.run_trials` (local
+    processes, or a Dask cluster at ``scheduler``); the records depend on the seeds only, not
+    on ``workers`` or the engine."""
     seeds = list(range(trials))
-    chunks = [seeds[i::processes] for i in range(processes)] if processes > 1 else [seeds]
     out = {"trials": trials, "eps_grid": list(eps_grid), "settings": []}
-    pool = multiprocessing.get_context("fork").Pool(processes) if processes > 1 else None
-    try:
-        for H in hs:
-            for d in ds:
-                for noise in noises:
-                    grid = [None] if noise == "float32" else list(eps_grid)
-                    cells = []
-                    for eps in grid:
-                        jobs = [(d, H, noise, eps, ch) for ch in chunks]
-                        parts = pool.map(_cell, jobs) if pool else [_cell(j) for j in jobs]
-                        recs = [None] * trials
-                        for ch, part in zip(chunks, parts):
-                            for s, r in zip(ch, part):
-                                recs[s] = r
-                        summ = summarise(recs)
-                        cells.append({"eps": eps, "summary": summ, "records": recs})
-                        if summ["returned"] == 0:
-                            break  # breakdown: larger eps raise too
-                    st = {"d": d, "H": H, "noise": noise, "robust": robust_mode(H), "cells": cells}
-                    if noise != "float32":
-                        st["slope"] = _g(slope(cells))
-                        st["slope_points"] = sum(c["summary"]["returned"] >= c["summary"]["trials"] / 2 for c in cells)
-                        st["threshold"] = threshold(cells)
-                    out["settings"].append(st)
-                    if verbose:
-                        report(st)
-                    if path:  # partial results survive an interrupted run
-                        _write(out, path)
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
+    for H in hs:
+        for d in ds:
+            for noise in noises:
+                grid = [None] if noise == "float32" else list(eps_grid)
+                cells = []
+                for eps in grid:
+                    label = f"H={H} d={d} {noise} eps={'f32' if eps is None else f'{eps:.0e}'}"
+                    recs = run_trials(keyed_trial, [(d, H, noise, eps, s) for s in seeds], workers=workers,
+                                      scheduler=scheduler, desc=label)
+                    summ = summarise(recs)
+                    cells.append({"eps": eps, "summary": summ, "records": recs})
+                    if summ["returned"] == 0:
+                        break  # breakdown: larger eps raise too
+                st = {"d": d, "H": H, "noise": noise, "robust": robust_mode(H), "cells": cells}
+                if noise != "float32":
+                    st["slope"] = _g(slope(cells))
+                    st["slope_points"] = sum(c["summary"]["returned"] >= c["summary"]["trials"] / 2 for c in cells)
+                    st["threshold"] = threshold(cells)
+                out["settings"].append(st)
+                if verbose:
+                    report(st)
+                if path:  # partial results survive an interrupted run
+                    _write(out, path)
     allok = [r for st in out["settings"] for c in st["cells"] for r in c["records"] if r["o"] == "ok"]
     out["total"] = {
         "trials": sum(len(c["records"]) for st in out["settings"] for c in st["cells"]),
@@ -394,7 +393,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--save", action="store_true", help=f"full sweep (200 trials) and write {PATH}")
     ap.add_argument("--trials", type=int, default=None, help="trials per cell (default 20; 200 with --save)")
-    ap.add_argument("--processes", type=int, default=2, help="worker processes (results do not depend on it)")
+    ap.add_argument("--workers", "--processes", type=int, default=2, dest="workers",
+                    help="local worker processes (joblib/loky; the results do not depend on it)")
+    ap.add_argument("--scheduler", metavar="ADDRESS",
+                    help="run the trials on a Dask cluster (e.g. tcp://host:8786) instead of local processes")
     ap.add_argument("--out", metavar="PATH", help="full sweep (200 trials) written to PATH (not the tracked file)")
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"),
                     help="compare two saved sweeps (exit status 1 if a conclusion or a returned error differs)")
@@ -410,7 +412,7 @@ def main():
     dest = PATH if args.save else args.out
     trials = args.trials or (200 if dest else 20)
     t0 = time.perf_counter()
-    out = sweep(trials, processes=args.processes, path=dest)
+    out = sweep(trials, workers=args.workers, scheduler=args.scheduler, path=dest)
     tot = out["total"]
     print(f"\ntotal: {tot['trials']} trials, {tot['returned']} returned, silent failures {tot['silent']} "
           f"(of which wrong head count {tot['wrong_heads']}), max err/(K eps) over the others {tot['max_ratio']}")

@@ -253,3 +253,18 @@ def test_bad_seed_is_named(model, seed, exc, match):
 def test_good_seeds_are_accepted(model, seed):
     o = Oracle(model, noise=UniformNoise(1e-3), seed=seed)
     assert len(o.batch(np.zeros((2, 1, 3)))) == 2
+
+
+def test_relative_noise():
+    from attnlearn import RelativeNoise
+
+    rng = np.random.default_rng(0)
+    y = np.array([1.0, -100.0, 0.0, 1e6])
+    e = RelativeNoise(1e-3).sample(rng, y)
+    assert e[2] == 0.0 and np.all(np.abs(e) <= 5e-3 * np.abs(y))
+    assert RelativeNoise(1e-3).bound(y) == pytest.approx(5e-3 * 1e6)
+    assert repr(RelativeNoise(6e-8)) == "RelativeNoise(epsilon=6e-08)"
+    with pytest.raises(ValueError, match="epsilon must be a finite number >= 0"):
+        RelativeNoise(-1.0)
+    with pytest.raises(TypeError, match="epsilon must be"):
+        RelativeNoise("x")

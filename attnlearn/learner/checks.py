@@ -104,13 +104,17 @@ def holdout_batches(rng, holdout, max_length, d, *, f, exact):
 
 
 def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate, holdout, rng, f, tol,
-           verified=True, stated=None):
+           verified=True, stated=None, holdout_length=None):
     """Check the recovered ``model`` on ``holdout`` held-out queries and return the :class:`Recovery`.
 
     ``eps_out`` and ``estimate`` are the float64 bounds; with ``stated`` (exact mode: the output error
     itself, an mpmath number) below ``eps_out`` (beyond 100 digits, see
     :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and ``output_error``
     are scaled back to it (:func:`~.fitting.scale_back`).
+
+    The held-out queries have every length up to ``holdout_length`` (default ``max_length``, the
+    design's longest; ``design="long"`` asks shorter ones, see
+    :class:`~.tolerances.LongTolerances`).
 
     Raises
     ------
@@ -123,7 +127,7 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
     holdout_error = None
     if holdout:
         before = oracle.queries
-        batches = holdout_batches(rng, holdout, max_length, model.d, f=f, exact=tol.exact)
+        batches = holdout_batches(rng, holdout, holdout_length or max_length, model.d, f=f, exact=tol.exact)
         holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
         queries["holdout"] = queries.get("holdout", 0) + oracle.queries - before
         limit = max(tol.holdout_output * eps_out / max(scale_ref, tol.tiny), tol.holdout_estimate * estimate)

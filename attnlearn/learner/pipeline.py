@@ -32,7 +32,7 @@ from .results import Diagnostics, query_budget
 from .robust import redraw
 from .scale import find_scale
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
-from .tolerances import MAX_LENGTH, MAX_QUERIES, Tolerances
+from .tolerances import LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances, Tolerances
 from .verify import verify_fits
 
 __all__ = ["learn", "Options", "check_count", "check_flag", "check_real", "check_seed", "check_oracle",
@@ -196,22 +196,34 @@ class Options:
     scale: str = "probe"
     bias: bool = False
     design: str = "paper"
+    relative_error: float = None
+    max_length: int = MAX_LENGTH
 
 
-DESIGNS = ("paper", "lean")
+DESIGNS = ("paper", "lean", "long")
 
 
 def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
-             redraw_rounds, max_queries, max_length, scale="probe", bias=False, design="paper"):
+             redraw_rounds, max_queries, max_length, scale="probe", bias=False, design="paper", relative_error=None):
     """Validate :func:`learn`'s arguments (in this order), fill the mode's defaults, refuse an absurd
     cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
+    if not isinstance(design, str) or design not in DESIGNS:
+        raise ValueError(f'design must be "paper", "lean" or "long", got {design!r}')
+    if design == "long":
+        if check_flag(bias, "bias") or scale != "probe":
+            raise ValueError('bias=True and scale="search" are options of design="paper" (design="long" learns the '
+                             "paper's model at its own scale)")
+        return _long_options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, robust=robust, seed=seed,
+                             output_error=output_error, relative_error=relative_error, max_queries=max_queries,
+                             max_length=max_length)
+    if relative_error is not None:
+        raise ValueError('relative_error is an option of design="long" (the paper design takes output_error)')
+    max_length = MAX_LENGTH if max_length is None else max_length
     if (heads is None) == (max_heads is None):
         raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
     n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
     d = check_oracle(oracle, d)
     tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
-    if not isinstance(design, str) or design not in DESIGNS:
-        raise ValueError(f'design must be "paper" or "lean", got {design!r}')
     if method not in ("linearised", "loewner"):
         raise ValueError(f'method must be "linearised" or "loewner", got {method!r}')
     robust = check_flag(robust, "robust")
@@ -255,9 +267,47 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
                    bias=bias, design=design), tol
 
 
+def _long_options(oracle, d, *, heads, max_heads, holdout, robust, seed, output_error, relative_error, max_queries,
+                  max_length):
+    """:func:`_options` for ``design="long"`` (:mod:`~.long`): float64, ``heads`` given, both noise
+    levels checked, ``max_length`` given explicitly (its queries are that long), the cost counted."""
+    from .long import long_cost
+
+    if heads is None:
+        raise ValueError('design="long" needs heads=H (max_heads is not supported: the groups label H heads)')
+    n = check_count(heads, "heads")
+    if n > LONG_MAX_HEADS:
+        raise ValueError(f'design="long" supports heads <= {LONG_MAX_HEADS} (its links compare H! pairings), '
+                         f"got heads={n}")
+    d = check_oracle(oracle, d)
+    if oracle.exact:
+        raise ValueError('design="long" is a float64 design for noisy oracles; an exact oracle needs design="paper"')
+    if check_flag(robust, "robust"):
+        raise ValueError('robust=True is an option of design="paper"; design="long" is robust by construction')
+    if max_length is None:
+        raise ValueError(f'design="long" asks queries of max_length tokens: pass max_length= explicitly (at least '
+                         f"{LONG_MIN_LENGTH}; 4096 gives a window of 16.6 nats)")
+    max_length = check_count(max_length, "max_length")
+    if max_length < LONG_MIN_LENGTH:
+        raise ValueError(f'max_length must be at least {LONG_MIN_LENGTH} with design="long", got {max_length}')
+    output_error = 0.0 if output_error is None else float(check_real(output_error, "output_error"))
+    relative_error = 0.0 if relative_error is None else float(check_real(relative_error, "relative_error"))
+    tol = Tolerances.for_mode(exact=False)
+    holdout = check_count(tol.holdout if holdout is None else holdout, "holdout", 0)
+    seed = check_seed(seed)
+    max_queries = check_count(max_queries, "max_queries")
+    lt = LongTolerances()
+    parts, longest = long_cost(d, n, max_length, tol=lt)
+    parts["held-out"] = max(holdout, lt.holdout_length) if holdout else 0
+    check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
+    return Options(d, n, True, holdout=holdout, spread=1.0, method="linearised", robust=False, nodes="ratios",
+                   seed=seed, output_error=output_error, redraw_rounds=0, design="long",
+                   relative_error=relative_error, max_length=max_length), tol
+
+
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
-          max_length=MAX_LENGTH, scale="probe", bias=False, design="paper"):
+          max_length=None, scale="probe", bias=False, design="paper", relative_error=None):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -327,7 +377,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     max_length : int, keyword-only
         Refuse, before any query, a request whose longest query (:math:`2n+1` tokens) is
         longer than this. Default :data:`~attnlearn.learner.tolerances.MAX_LENGTH` (129,
-        i.e. :math:`n\le 64`).
+        i.e. :math:`n\le 64`). With ``design="long"`` it must be given (at least
+        :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`): every ratio query is
+        ``max_length`` tokens long.
     scale : {"probe", "search"}, keyword-only
         How the query scale is found (:mod:`attnlearn.learner.scale`, chapter 7): ``"probe"``
         (default), the probe's factor clipped to :math:`[1/16,4]`; ``"search"`` (float64 only,
@@ -342,14 +394,25 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :math:`4nd^2+4nd-2n+1` design queries; ``recovery.model`` is then a scalar
         :class:`attnlearn.layer.AttentionLayer` with ``c`` and ``b``. Default False (the
         paper's model and design, unchanged).
-    design : {"paper", "lean"}, keyword-only
-        The query design: the paper's :math:`4nd^2-2n+1` queries (the default, claims C6, C7)
-        or the lean design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most
-        (:math:`d^2+d+1` for one head), longest :math:`2n+1`, exact mode or float64
-        (:func:`attnlearn.learner.lean.learn_lean`). ``nodes`` and ``robust`` are the paper
-        design's options. The lean design's verification queries are held-out random sequences
-        only, :math:`\max(\text{holdout},2n+1)` of them (its links and check queries test its
-        fits inside its count).
+    design : {"paper", "lean", "long"}, keyword-only
+        The query design. ``"paper"`` (the default): the paper's block/link/cross design,
+        :math:`4nd^2-2n+1` queries (claims C6, C7; everything above). ``"lean"``: the lean
+        design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most (:math:`d^2+d+1` for one
+        head), longest :math:`2n+1`, exact mode or float64
+        (:func:`attnlearn.learner.lean.learn_lean`); its verification queries are held-out
+        random sequences only, :math:`\max(\text{holdout},2n+1)` of them (its links and check
+        queries test its fits inside its count). ``"long"``: long ratio queries
+        :math:`(x^a,q^b)`, :math:`a+b=` ``max_length``, and statistical fits weighted by the
+        stated noise, for oracles with float32-level noise (:mod:`attnlearn.learner.long`,
+        chapter 5); float64 oracles, ``heads`` given (at most
+        :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`), ``nodes``, ``spread``,
+        ``method``, ``robust`` and ``redraw_rounds`` unused; its estimate comes from the fits'
+        inverse Fisher matrices. ``nodes``, ``robust``, ``bias`` and ``scale`` are the paper
+        design's options.
+    relative_error : float, optional, keyword-only
+        ``design="long"`` only: the standard deviation of each answer's error relative to the
+        answer (e.g. ``6e-8`` for float32 arithmetic), added in quadrature to ``output_error``
+        (then read as an absolute standard deviation).
 
     Returns
     -------
@@ -401,8 +464,12 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     opt, tol = _options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
                         method=method, robust=robust, seed=seed, output_error=output_error,
                         redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale,
-                        bias=bias, design=design)
+                        bias=bias, design=design, relative_error=relative_error)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
+    if opt.design == "long":
+        from .long import learn_long
+
+        return learn_long(oracle, opt, tol)
     with working_precision(oracle):
         pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
         return pipeline(oracle, opt, tol)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerances", "MAX_QUERIES", "MAX_LENGTH", "MEASURE_DPS", "POLISH_STEPS"]
+__all__ = ["Tolerances", "LongTolerances", "MAX_QUERIES", "MAX_LENGTH", "MEASURE_DPS", "POLISH_STEPS",
+           "LONG_MIN_LENGTH", "LONG_MAX_HEADS"]
 
 EPS64 = np.finfo(float).eps  # float64 unit roundoff (an np.float64, as the learner has always used it)
 
@@ -32,6 +33,14 @@ MAX_QUERIES = 10**7
 #: :math:`n^3` (about 6 s at :math:`n=50`, 90 s at :math:`n=100`); the book uses
 #: :math:`n\le 5`. Raise it with ``max_length=``.
 MAX_LENGTH = 129
+
+#: ``design="long"``: the shortest ``max_length`` it accepts. Its window is :math:`2\log(L-1)`
+#: nats; below 64 tokens (8.3 nats) the steps of two heads overlap most of it.
+LONG_MIN_LENGTH = 64
+
+#: ``design="long"``: the most heads it accepts. Links compare every pairing of two groups'
+#: heads (:math:`H!` curves: 40,320 at :math:`H=8`).
+LONG_MAX_HEADS = 8
 
 #: Digits at which the verification stage polishes a float64 fit onto its own samples (three
 #: Gauss-Newton steps, :func:`~.verify.polish_onto_samples`) before it predicts a check query: the
@@ -244,3 +253,126 @@ class Tolerances:
     def fit_tolerance(self, m, sample_error):
         """Residual tolerance of a fit of ``m`` samples each within ``sample_error``."""
         return self.residual_factor * np.sqrt(m) * sample_error
+
+
+@dataclass(frozen=True)
+class LongTolerances:
+    r"""The policy of ``learn(..., design="long")`` (:mod:`attnlearn.learner.long`); each field
+    says why it has its value (``/work/shared/DESIGN-noise.md``: the prototype's figures).
+
+    Attributes
+    ----------
+    ratios_base, ratios_per_head : int
+        Ratios per configuration: ``16 + 4 H`` (the prototype's; the Cramér–Rao bound of a
+        configuration with 48 ratios at :math:`H=8` allows 4e-4 in a step position).
+    probe_configs : int
+        Configurations of the scale probe (4).
+    spread : float
+        Target of the root mean square of the :math:`c_h` after the probe: 2 nats, so nearly
+        every step (within 3 of them) lies inside the window, 8.3 nats on each side at
+        :math:`L=4096`.
+    scale_clip : tuple of float
+        Bounds of the probe's correction of :math:`|u||q|` (a factor 1/16..16: four
+        configurations may see small steps by chance).
+    groups_factor : int
+        Configurations per group and pass: ``2 d`` (twice the unknowns of :math:`y_h`, room
+        for outliers).
+    group_redraws : int
+        A degenerate group (a vanishing :math:`\gamma_h=-u^\top v_h` or coinciding heads) is
+        drawn again with a new :math:`u` at most twice.
+    link_configs : int
+        Configurations per link (3): three curves of :math:`2\log(L-1)` nats each.
+    link_margin : float
+        A link's best pairing must have a :math:`\chi^2` 4 times below the runner-up's.
+    chi2_factor : float
+        A configuration fitted within the noise has :math:`\chi^2` about its degrees of freedom;
+        above 3 times them it is refitted (a local minimum or a mislabelled head).
+    max_permutations : int
+        Starts of such a refit: every order of its positions, at most 720 (6!) ...
+    repair_random : int
+        ... and 8 random positions.
+    outlier_sigma : float
+        A configuration's step position further than 5 standard deviations from the group's
+        linear fit is dropped from the regression.
+    outlier_rounds : int
+        At most 3 rounds of that.
+    regression_chi2 : float
+        ... and the kept positions must fit the linear model with a reduced :math:`\chi^2` of
+        at most 9 (3 standard deviations root mean square; correct labels give about 1) ...
+    regression_keep : float
+        ... over at least 3/4 of the group's configurations; otherwise the group is drawn again.
+    spacing : float
+        Placed pass: predicted steps 2 nats apart (the Cramér–Rao optimum: closer blurs, further
+        pushes the outer steps out of the window).
+    placed_cap : float
+        Placed pass: a placed :math:`q` longer than 3 times the scale is shrunk (its grid
+        halved) -- nearly collinear :math:`y_h` would otherwise ask for huge :math:`q`.
+    estimate_factor : float
+        Reported error estimate = 3 times the propagated root-mean-square error (a 3-sigma bound).
+    holdout_length : int
+        Longest held-out query (random tokens): 16. Long queries are checked by the fits' own
+        :math:`\chi^2`; 4096 held-out lengths would cost more than the design.
+    batch_floats : int
+        Floats per batch asked of the oracle (2**19: 4 MB per batch, within a core's cache:
+        2.7 times faster than 32 MB batches at d = 64).
+    anchored_heads : int
+        The anchored coarse pass from 3 heads (:func:`~.long.coarse_pass`); with 1 or 2 the
+        random one (:func:`~.long.random_pass`: measured 20/20 at :math:`H=2`, :math:`d=16`,
+        against 14/20 anchored).
+    base_tries : int
+        Coarse pass: random candidates for a group's anchor configuration (4); the best
+        separated one (smallest gap over largest step position) is kept.
+    stretch : float
+        ... its :math:`q` is scaled so that its farthest step sits 6 nats out (the window is
+        8.3 nats on each side at :math:`L=4096`): the gaps grow with it.
+    stretch_clip : tuple of float
+        Bounds of that scaling (1/8..8).
+    nudge : float
+        Nudged configurations :math:`q_0+\eta w`: :math:`\eta` moves the steps by about 0.15
+        of the anchor's smallest gap (root mean square), so that the nearest anchor step labels
+        every step ...
+    nudge_max : float
+        ... and by at most 1 nat (one head, or widely separated ones).
+    rounding : float
+        A float64 oracle's rounding on a ratio query of :math:`L` tokens, as a fraction of the
+        sequential-summation bound :math:`L\epsilon_{64}\max|F|` (:func:`~.long.noise_sd`:
+        measured 0.05 to 0.15 at :math:`L=4096`).
+    """
+
+    ratios_base: int = 16
+    ratios_per_head: int = 4
+    probe_configs: int = 4
+    spread: float = 2.0
+    scale_clip: tuple = (1 / 16, 16)
+    groups_factor: int = 2
+    group_redraws: int = 2
+    link_configs: int = 3
+    link_margin: float = 4.0
+    chi2_factor: float = 3.0
+    max_permutations: int = 720
+    repair_random: int = 8
+    outlier_sigma: float = 5.0
+    outlier_rounds: int = 3
+    regression_chi2: float = 9.0
+    regression_keep: float = 0.75
+    spacing: float = 2.0
+    placed_cap: float = 3.0
+    estimate_factor: float = 3.0
+    holdout_length: int = 16
+    batch_floats: int = 2**19
+    anchored_heads: int = 3
+    base_tries: int = 4
+    stretch: float = 6.0
+    stretch_clip: tuple = (1 / 8, 8)
+    nudge: float = 0.15
+    nudge_max: float = 1.0
+    rounding: float = 1 / 8
+
+    def ratios(self, H):
+        """Ratios per configuration with ``H`` heads."""
+        return self.ratios_base + self.ratios_per_head * H
+
+    def per_group(self, d):
+        """Configurations per group and pass."""
+        return self.groups_factor * d
+

@@ -1,0 +1,171 @@
+"""learn(..., design="long") (attnlearn.learner.long): long ratio queries through float32-level noise."""
+
+import numpy as np
+import pytest
+
+from attnlearn import IllConditionedError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
+from attnlearn.learner.long import fit_config, long_cost, noise_sd, ratio_grid
+from attnlearn.learner.tolerances import LongTolerances
+from attnlearn.model import random_model
+from attnlearn.sweeps import run_trials
+
+F32 = 6e-8
+L = 4096
+
+
+def run(H, d, s, *, eps=F32, told=None, **kw):
+    model = random_model(H, d, seed=5_000 + 100 * H + 10 * d + s)
+    oracle = Oracle(model, noise=RelativeNoise(eps), seed=s)
+    rec = learn(oracle, d, heads=H, design="long", relative_error=eps if told is None else told, max_length=L,
+                seed=s, **kw)
+    return rec, param_error(rec.model, canonical(model)), oracle
+
+
+def long_trial(key):
+    """A seeded long-design run for the engine (module-level: the workers import it)."""
+    H, d, s = key
+    try:
+        rec, err, _ = run(H, d, s)
+    except RecoveryError as exc:
+        return (key, type(exc).__name__)
+    return (key, err, rec.error_estimate, rec.queries["total"])
+
+
+def test_two_heads_through_float32_noise_within_the_estimate():
+    rec, err, oracle = run(2, 3, 0)
+    assert rec.heads == 2 and err <= 1e-3
+    assert err <= 10 * rec.error_estimate  # the acceptance bound (and in fact err <= estimate)
+    assert err <= rec.error_estimate
+    # the cost: every design query is max_length long, the count is long_cost's, held-out apart
+    parts, longest = long_cost(3, 2, L, tol=LongTolerances())
+    assert rec.queries["design"] == sum(parts.values()) and rec.max_length == longest == L
+    assert oracle.max_length == L and rec.queries["holdout"] >= LongTolerances().holdout_length
+    assert rec.queries["redraws"] == 0 and rec.queries["total"] == rec.queries["design"] + rec.queries["holdout"]
+    assert rec.verified and oracle.queries == rec.queries["total"]
+
+
+def test_holdout_zero_returns_unverified_with_the_same_design():
+    """holdout=0: no held-out query, the design's count unchanged, ``verified`` False."""
+    rec, err, oracle = run(1, 2, 0, holdout=0)
+    checked, _, _ = run(1, 2, 0)
+    assert not rec.verified and checked.verified
+    assert rec.queries["holdout"] == 0 and rec.holdout_error is None
+    assert rec.queries["design"] == checked.queries["design"] and oracle.queries == rec.queries["total"]
+    assert err <= rec.error_estimate
+
+
+def test_estimate_against_the_truth():
+    """The estimate is a bound (error below it) and not a vacuous one (within a factor 100)."""
+    ratios = [err / rec.error_estimate for rec, err, _ in (run(1, 2, s) for s in range(4))]
+    assert max(ratios) <= 1.0
+    assert np.median(ratios) >= 1e-2
+    # and it scales with the noise: 100x less noise, about 100x smaller estimate
+    quiet, _, _ = run(1, 2, 0, eps=6e-10)
+    loud, _, _ = run(1, 2, 0)
+    assert 20 <= loud.error_estimate / quiet.error_estimate <= 500
+
+
+def test_understated_noise_raises_never_returns_wrong():
+    """Noise 1e-4 told as 6e-8: no configuration fits within the stated noise."""
+    with pytest.raises(IllConditionedError, match="fitted within 3 x its noise"):
+        run(1, 2, 0, eps=1e-4, told=F32)
+
+
+def test_one_worker_and_two_give_identical_records():
+    keys = [(1, 2, s) for s in range(3)]
+    assert run_trials(long_trial, keys, workers=1) == run_trials(long_trial, keys, workers=2)
+
+
+def test_fit_config_recovers_steps_and_ratio_grid():
+    b, z = ratio_grid(L, 24)
+    assert len(b) == 24 and b.min() >= 1 and b.max() <= L - 1 and np.all(np.diff(z) > 0)
+    assert z[0] == pytest.approx(-np.log(L - 1)) and z[-1] == pytest.approx(np.log(L - 1))
+    c_true, g_true, C = np.array([-1.5, 2.0]), np.array([0.7, -1.3]), 0.4
+    F = C + 1 / (1 + np.exp(z[:, None] - c_true[None, :])) @ g_true
+    sd = noise_sd(F, absolute=0.0, relative=1e-12)
+    _, c, g, chi2 = fit_config(z, F, sd, 2, Vq=C, Vq_sd=1e-12, Vx=C + g_true.sum(), Vx_sd=1e-12)
+    assert np.allclose(c, c_true, atol=1e-8) and np.allclose(g, g_true, atol=1e-8) and chi2 < 100
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(design="longest"), ValueError, 'design must be "paper", "lean" or "long"'),
+    (dict(design="long"), ValueError, "pass max_length= explicitly"),
+    (dict(design="long", max_length=32), ValueError, "max_length must be at least 64"),
+    (dict(design="long", max_length=4096, heads=None, max_heads=2), ValueError, 'design="long" needs heads=H'),
+    (dict(design="long", max_length=4096, heads=9), ValueError, "supports heads <= 8"),
+    (dict(design="long", max_length=4096, robust=True), ValueError, "robust=True is an option of design"),
+    (dict(design="long", max_length=4096, relative_error=-1.0), ValueError, "relative_error must be a finite"),
+    (dict(design="long", max_length=4096, relative_error="small"), TypeError, "relative_error must be"),
+    (dict(design="long", max_length=4096, max_queries=100), ValueError, "more than max_queries = 100"),
+    (dict(relative_error=1e-8), ValueError, 'relative_error is an option of design="long"'),
+    (dict(design="long", max_length=4096, bias=True), ValueError, 'bias=True and scale="search" are options of'),
+    (dict(design="long", max_length=4096, scale="search"), ValueError, 'bias=True and scale="search" are options'),
+    (dict(design="long", max_length=4096, bias="yes"), TypeError, "bias must be True or False"),
+])
+def test_bad_input(kw, exc, match):
+    args = dict(heads=1)
+    args.update(kw)
+    if args.get("heads") is None:
+        args.pop("heads")
+    with pytest.raises(exc, match=match):
+        learn(Oracle(random_model(1, 2, seed=0)), 2, **args)
+
+
+def test_exact_oracle_refused():
+    with pytest.raises(ValueError, match='design="long" is a float64 design'):
+        learn(Oracle(random_model(1, 2, seed=0), precision=30), 2, heads=1, design="long", max_length=4096)
+
+
+def _group_context(H, d, s, eps):
+    """A long-design context on a seeded model (the learner's stages called one by one)."""
+    from attnlearn.learner import long as LG
+    from attnlearn.protocol import Access
+
+    model = random_model(H, d, seed=7_000 + s)
+    ask = Access(Oracle(model, noise=RelativeNoise(eps), seed=s), d)
+    tol = LongTolerances()
+    b, z = ratio_grid(L, tol.ratios(H))
+    ctx = LG._Ctx(ask=ask, d=d, H=H, L=L, b=b, z=z, absolute=0.0, relative=eps, tol=tol,
+                  rng=np.random.default_rng(s))
+    ctx.V, ctx.V_sd = LG.ask_V(ctx)
+    return LG, ctx, model
+
+
+def test_float64_rounding_floor_matches_the_oracle():
+    """A float64 oracle's answers to 4096-token ratio queries miss the exact curve by about the
+    modelled rounding (chi2 per ratio between 1/20 and 3); 4 eps |F| alone is 100x too small."""
+    from scipy.special import expit
+
+    LG, ctx, model = _group_context(6, 8, 0, 0.0)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        u, q = LG._unit(rng, 8) * 2, LG._unit(rng, 8) * 2
+        F, sd = ctx.config(u, q)
+        c = -(np.einsum("hij,i->hj", model.W, u) @ q)
+        exact = model.V @ q + expit(c[None, :] - ctx.z[:, None]) @ (-(model.v @ u))
+        chi2 = np.mean(((F - exact) / sd) ** 2)
+        assert 0.05 <= chi2 <= 3
+        assert np.mean(((F - exact) / noise_sd(F, absolute=0.0, relative=0.0)) ** 2) > 100
+
+
+def test_anchored_coarse_pass_labels_four_heads():
+    """H = 4 at float32-level noise: the anchored coarse pass labels every head of a group
+    (each head's y = W_h^T u within 1e-2 of the truth), where random q put two steps within
+    half a nat in most configurations."""
+    from attnlearn.learner.long import coarse_pass, probe_scale, regress_y
+
+    LG, ctx, model = _group_context(4, 4, 3, F32)
+    scale = probe_scale(ctx, rng=ctx.rng)
+    u = LG._unit(ctx.rng, 4) * scale
+    Q, F, sd, ends, fit = coarse_pass(ctx, u, scale, rng=ctx.rng)
+    Y, _, _ = regress_y(Q, fit, tol=ctx.tol)
+    Y_true = np.einsum("hij,i->hj", model.W, u)
+    g_true = -(model.v @ u)
+    order = np.argsort(fit.g)
+    assert np.allclose(fit.g[order], np.sort(g_true), rtol=1e-3)
+    err = np.abs(Y[order] - Y_true[np.argsort(g_true)]).max() / np.abs(Y_true).max()
+    assert err <= 1e-2
+    # the nudged configurations stay near the anchor (labels by continuity): every step moved
+    # by less than half the anchor's smallest gap
+    gap = np.min(np.diff(fit.c[0]))
+    assert np.max(np.abs(fit.c[1:] - fit.c[0])) < 0.5 * gap
