@@ -40,6 +40,11 @@ the coarse pass anchored from H = 3 (LongTolerances.anchored_heads), random for 
              44 s of CPU per model; before a float64 oracle's summation rounding on 4096-token
              queries was in the noise model (noise_sd): 0/4, every fit 300x above 4 eps |F|
 
+    --row 4,32,1e-16,2 (2 of 20 models, time; benchmarks/results/noise_design_H4_d32_f64.json): NOT met
+    H=4 d=32 eps=1e-16: 1 returned with error 5.2e-5 (estimate 2e-4), 1 IllConditionedError (group 18's
+             stretched anchor not where predicted, after 2 redraws); the acceptance asks median <= 1e-6
+    H=8 d=16: not measured this session (H=8 d=4, 2 seeds: both raised at the anchor stage).
+
 Earlier (random coarse pass for every H, before the verification merge):
     --rows small: H=1 d=4 20/20, H=2 d=4 19/20, H=4 d=4 7/20 (13 raised), 0 beyond 10x in every row
     --row 1,16,6e-8,5: 5/5 ok, median 9.9e-7, 20.1 x 4Hd^2
