@@ -27,10 +27,23 @@ the coarse pass anchored from H = 3 (LongTolerances.anchored_heads), random for 
     (benchmarks/results/noise_design_H4_d16.json):
     H=4 d=16 ok(1e-3) 20/20 ok(1e-6)  0/20 median 2.0e-05  beyond 10x est 0  max e/est 0.53  queries/4Hd^2 10.0
              36 s of CPU per model (median); the random coarse pass before: 0/6, all raised
+    --row 2,16,6e-8,20 (benchmarks/results/noise_design_H2_d16.json):
+    H=2 d=16 ok(1e-3) 20/20 ok(1e-6)  4/20 median 1.8e-06  beyond 10x est 0  max e/est 0.43  queries/4Hd^2 13.3
+             22 s of CPU per model (median)
+    --row 1,64,6e-8,3 and --row 1,64,6e-8,2 --first 3, joined (benchmarks/results/noise_design_H1_d64.json):
+    H=1 d=64 ok(1e-3)  5/5  ok(1e-6)  0/5  median 2.2e-06  beyond 10x est 0  max e/est 0.34  queries/4Hd^2 20.0
+             about 4 min of CPU per model (330,000 queries of 4096 x 64)
     --row 2,16,6e-8,20 (anchored for every H, not kept): 14/20 ok, median 7.8e-6, 1 IllConditionedError,
              1 UnmatchedHeadsError, 0 beyond 10x (max e/est 4.1); random coarse pass: 20/20 (below)
-    H=6 d=8 eps=1e-16, seeds 0..2 (first look): ok, errors 8e-11..5e-10, within the estimate, once a
-             float64 oracle's summation rounding on 4096-token queries is in the noise model
+    --row 6,8,1e-16,10 (10 of the 20 models, time; benchmarks/results/noise_design_H6_d8_f64.json):
+    H=6 d=8 eps=1e-16 ok(1e-3) 10/10 ok(1e-6) 10/10 median 4.2e-10 beyond 10x est 0 max e/est 1.38 queries/4Hd^2 8.9
+             44 s of CPU per model; before a float64 oracle's summation rounding on 4096-token
+             queries was in the noise model (noise_sd): 0/4, every fit 300x above 4 eps |F|
+
+    --row 4,32,1e-16,2 (2 of 20 models, time; benchmarks/results/noise_design_H4_d32_f64.json): NOT met
+    H=4 d=32 eps=1e-16: 1 returned with error 5.2e-5 (estimate 2e-4), 1 IllConditionedError (group 18's
+             stretched anchor not where predicted, after 2 redraws); the acceptance asks median <= 1e-6
+    H=8 d=16: not measured this session (H=8 d=4, 2 seeds: both raised at the anchor stage).
 
 Earlier (random coarse pass for every H, before the verification merge):
     --rows small: H=1 d=4 20/20, H=2 d=4 19/20, H=4 d=4 7/20 (13 raised), 0 beyond 10x in every row
