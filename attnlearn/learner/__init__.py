@@ -22,6 +22,7 @@ module                    stage
 :mod:`.results`           :class:`Recovery` and its :class:`Diagnostics`
 :mod:`.lean`              the lean design of chapter 8 (``design="lean"``)
 :mod:`.lean_roots`        every root of a lean configuration's polynomial system
+:mod:`.long`              long ratio queries for noisy oracles (``design="long"``)
 ========================  ==================================================================
 """
 

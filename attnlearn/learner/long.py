@@ -1,6 +1,7 @@
 r"""``learn(..., design="long")``: long ratio queries and statistical fits, for noisy oracles.
 
-Used in: chapter 5 (learning through float32-level noise; ``benchmarks/noise_design.py``).
+Used in: ``benchmarks/noise_design.py`` (learning through float32-level noise, issue 17; the book's
+section on it, chapter 5 part 2, is not written yet).
 
 A query of :math:`a` copies of :math:`x` followed by :math:`b` copies of :math:`q` (final token
 :math:`q`, :math:`a+b=L`) has

@@ -404,7 +404,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         queries test its fits inside its count). ``"long"``: long ratio queries
         :math:`(x^a,q^b)`, :math:`a+b=` ``max_length``, and statistical fits weighted by the
         stated noise, for oracles with float32-level noise (:mod:`attnlearn.learner.long`,
-        chapter 5); float64 oracles, ``heads`` given (at most
+        ``benchmarks/noise_design.py``); float64 oracles, ``heads`` given (at most
         :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`), ``nodes``, ``spread``,
         ``method``, ``robust`` and ``redraw_rounds`` unused; its estimate comes from the fits'
         inverse Fisher matrices. ``nodes``, ``robust``, ``bias`` and ``scale`` are the paper
