@@ -51,7 +51,8 @@ def target(H, dtype):
 
 MODES = {"default": {}, "search": {"scale": "search"}, "robust": {"robust": True},
          "robust+search": {"robust": True, "scale": "search"},
-         "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16}}
+         "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16},
+         "long, L=64": {"design": "long", "max_length": 64}}
 
 
 def run(d, H, i, *, mode, dtype, bias="none"):
@@ -65,7 +66,9 @@ def run(d, H, i, *, mode, dtype, bias="none"):
     r = np.random.default_rng(i).normal(size=d)
     oracle = TorchOracle(module, readout=r)
     kw = dict(MODES[mode])
-    if dtype == "float32":
+    if kw.get("design") == "long":  # the module's noise on the design's ratio queries
+        kw["relative_error"] = oracle.ratio_noise(kw["max_length"], seed=i)
+    elif dtype == "float32":
         kw["output_error"] = oracle.error_bound(seed=i)  # tokens up to norm 8 (scale="probe")
     if bias != "none":
         kw["bias"] = True
@@ -79,8 +82,10 @@ def run(d, H, i, *, mode, dtype, bias="none"):
     except RecoveryError as exc:
         return {"raised": type(exc).__name__, "message": str(exc), "queries": oracle.queries}
     err = bias_error(rec.model, truth) if bias != "none" else param_error(rec.model, truth)
+    scale = rec.diagnostics.scale or {}
     return {"error": err, "estimate": rec.error_estimate, "queries": rec.queries["total"],
-            "factor": rec.diagnostics.scale["factor"], "scales": rec.diagnostics.scale["probe_scales"]}
+            "factor": scale.get("factor"), "scales": scale.get("probe_scales", []),
+            "longest": rec.max_length}
 
 
 def record(d, H, i, r, *, mode, dtype, bias):
@@ -89,7 +94,8 @@ def record(d, H, i, r, *, mode, dtype, bias):
            "target": target(H, dtype), "queries": int(r["queries"])}
     if "error" in r:
         out.update(outcome="returned", error=float(r["error"]), estimate=float(r["estimate"]),
-                   silent=bool(r["error"] > 10 * r["estimate"]), probe_scales=[float(x) for x in r["scales"]])
+                   silent=bool(r["error"] > 10 * r["estimate"]), probe_scales=[float(x) for x in r["scales"]],
+                   longest=int(r["longest"]))
     else:
         out.update(outcome=r["raised"], message=r["message"], error=None, estimate=None, silent=False)
     return out

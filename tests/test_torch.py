@@ -163,6 +163,52 @@ def test_error_bound_measures_the_float32_arithmetic():
         oracle.error_bound(per_length=True)
 
 
+def test_last_position_alone_is_the_self_attention_output():
+    """The oracle asks the module with x_N alone as its query sequence: the same answers as the
+    full self-attention call, read at the last position."""
+    m = layer(8, 2, seed=4)
+    oracle = TorchOracle(m, readout=None)
+    Xs = np.random.default_rng(6).normal(size=(5, 7, 8))
+    with torch.no_grad():
+        X = torch.from_numpy(Xs)
+        full = m(X, X, X, need_weights=False)[0][:, -1].numpy()
+    assert np.max(np.abs(oracle.batch(Xs) - full)) <= 1e-13 * np.max(np.abs(full))
+
+
+def test_ratio_noise_measures_the_float32_arithmetic_of_long_queries():
+    m32 = layer(8, 1, dtype=torch.float32, seed=2)
+    oracle = TorchOracle(m32, readout=np.ones(8))
+    short, long = oracle.ratio_noise(64, configs=4), oracle.ratio_noise(1024, configs=2)
+    assert oracle.queries == 0  # a calibration, not the learner's queries
+    assert 1e-8 < short < 1e-5  # about float32's rounding times a few ...
+    assert long > 3 * short  # ... growing with the number of summed tokens
+    assert oracle.ratio_noise(64, configs=4, safety=1.0) == pytest.approx(short / 3)
+    assert TorchOracle(layer(8, 1, seed=2), readout=np.ones(8)).ratio_noise(64, configs=2) == 0.0  # float64: itself
+    with pytest.raises(ValueError, match=r"max_length must be at least 2, got 1"):
+        oracle.ratio_noise(1)
+    with pytest.raises(TypeError, match=r"max_length must be an integer, got float 64\.0"):
+        oracle.ratio_noise(64.0)
+    with pytest.raises(ValueError, match=r"configs must be at least 1, got 0"):
+        oracle.ratio_noise(64, configs=0)
+    with pytest.raises(ValueError, match=r"max_norm must be a positive finite number, got -1"):
+        oracle.ratio_noise(64, max_norm=-1)
+    with pytest.raises(TypeError, match=r"safety must be a real number, got NoneType None"):
+        oracle.ratio_noise(64, safety=None)
+
+
+def test_float32_layer_learned_with_short_ratio_queries():
+    """A float32 layer through design="long" at max_length=64 with the measured noise: recovered
+    to 1e-3 (benchmarks/torch_layers.py: 18 of 20 such layers), never beyond 10x its estimate."""
+    d = 8
+    m32 = layer(d, 1, dtype=torch.float32, seed=3)
+    r = np.random.default_rng(3).normal(size=d)
+    oracle = TorchOracle(m32, readout=r)
+    rec = learn(oracle, d, heads=1, design="long", max_length=64, relative_error=oracle.ratio_noise(64), seed=3)
+    err = param_error(rec.model, canonical(from_torch(m32, readout=r)))
+    assert err <= 1e-3 and err <= 10 * rec.error_estimate
+    assert rec.max_length == 64 and rec.verified
+
+
 def test_exact_mode_reads_a_default_layer_through_from_torch():
     import mpmath
 
