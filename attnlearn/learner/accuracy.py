@@ -43,6 +43,8 @@ def refuse_out_of_reach(d, H, *, L, relative, accuracy, tol=None):
     ------
     AccuracyError
         ``information_limit > refuse_factor * accuracy``; ``.certified`` is the limit.
+
+    Used in: chapter 5b (through ``learn``).
     """
     tol = LongTolerances() if tol is None else tol
     limit = information_limit(d, H, L=L, relative=relative, tol=tol)
@@ -64,6 +66,8 @@ def check_accuracy(recovery, accuracy):
     AccuracyError
         ``recovery.error_estimate > accuracy``; ``.certified`` is the estimate and
         ``.recovery`` the recovery (its model reproduces the oracle within that estimate).
+
+    Used in: chapter 5b (through ``learn``).
     """
     if accuracy is None:
         return recovery

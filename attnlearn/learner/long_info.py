@@ -42,7 +42,7 @@ SPACINGS = np.arange(0.5, 6.01, 0.25)
 class StepBound:
     r"""Cramér–Rao standard deviations of one configuration's fit: the constant ``C``, the step
     positions ``c`` (H,) and the heights ``g`` (H,) (``inf`` where the information is singular:
-    a step the window does not see, or two coinciding steps)."""
+    a step the window does not see, or two coinciding steps). Used in: chapter 5b."""
 
     C: float
     c: np.ndarray
@@ -61,6 +61,8 @@ def information(z, c, g, sd):
     The noise of a relative model depends on :math:`F`, but only through the parameters'
     mean curve; its own information (from the variance) is neglected, as every fit of
     :mod:`~.long` neglects it.
+
+    Used in: chapter 5b (through :func:`step_sd`).
     """
     z, c, g, sd = (np.asarray(a, dtype=float) for a in (z, c, g, sd))
     J = _whitened_jacobian(z, c, g, sd)
@@ -106,6 +108,8 @@ def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None, tol=None):
     Returns
     -------
     StepBound
+
+    Used in: chapter 5b.
     """
     tol = LongTolerances() if tol is None else tol
     c, g = np.atleast_1d(np.asarray(c, dtype=float)), np.atleast_1d(np.asarray(g, dtype=float))
@@ -130,6 +134,8 @@ def spacing_sd(H, spacing, *, L, relative, R=None, tol=None):
     positions trade off against each other; steps spread over more than the window
     :math:`[-\log(L-1),\log(L-1)]` leave it and are seen only through their tails. In
     between lies the best spacing, near 2 nats for :math:`H=8` at :math:`L=4096`.
+
+    Used in: chapter 5b (the tables of the std against spacing and :math:`L`).
     """
     tol = LongTolerances() if tol is None else tol
     R = tol.ratios(H) if R is None else R
@@ -184,6 +190,9 @@ def information_limit(d, H, *, L, relative, tol=None, spacings=SPACINGS):
     three times its propagated root-mean-square error; on the committed rows of
     ``benchmarks/noise_design.py`` every returned error lies 35 times or more above this floor
     and every estimate 94 times or more (chapter 5b compares them).
+
+    Used in: chapter 5b, and ``learn(..., design="long", accuracy=...)``
+    (:func:`~.accuracy.refuse_out_of_reach`).
     """
     tol = LongTolerances() if tol is None else tol
     m = 2 * tol.per_group(d) + 1
