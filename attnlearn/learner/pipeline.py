@@ -419,8 +419,10 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``error_estimate`` exceeds it raises :class:`~attnlearn.errors.AccuracyError`, which
         states the accuracy the learner could certify (``.certified``) and carries the recovery.
         With ``design="long"`` a request is also refused before any query when the design's
-        information limit (:func:`~attnlearn.learner.long_info.information_limit`) exceeds
-        it ten times (:mod:`attnlearn.learner.accuracy`). Default None: no requirement.
+        information limit (:func:`~attnlearn.learner.long_info.information_limit`, from
+        ``relative_error``; an absolute ``output_error`` has no known scale before the
+        queries) exceeds it ten times (:mod:`attnlearn.learner.accuracy`, chapter 5b).
+        Default None: no requirement.
 
     Returns
     -------
