@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 
 from .canonical import canonical, default_atol, param_error
 from .errors import (
+    AccuracyError,
     CheckFailedError,
     IllConditionedError,
     InconsistentHeadCountError,
@@ -51,6 +52,7 @@ __all__ = [
     "UnmatchedHeadsError",
     "IllConditionedError",
     "CheckFailedError",
+    "AccuracyError",
     "OneLayerTransformer",
     "learn_transformer",
     "TransformerRecovery",

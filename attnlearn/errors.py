@@ -1,6 +1,6 @@
 """Errors raised when a recovery cannot be trusted (DESIGN §4.5: detect, never pass silently).
 
-Used in: chapters 1, 3, 4, 5, 6 (each failure mode is triggered once on purpose).
+Used in: chapters 1, 3, 4, 5, 5b, 6 (each failure mode is triggered once on purpose).
 """
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "UnmatchedHeadsError",
     "IllConditionedError",
     "CheckFailedError",
+    "AccuracyError",
 ]
 
 
@@ -40,3 +41,30 @@ class IllConditionedError(RecoveryError):
 
 class CheckFailedError(RecoveryError):
     """The recovered model does not reproduce the oracle on held-out queries."""
+
+
+class AccuracyError(RecoveryError):
+    """The accuracy asked of ``learn(..., accuracy=...)`` is out of reach.
+
+    Raised after a recovery whose ``error_estimate`` exceeds the accuracy asked (the recovery
+    is attached), or, with ``design="long"``, before any query when the design's information
+    limit (:func:`attnlearn.learner.long_info.information_limit`) is far above it.
+
+    Attributes
+    ----------
+    certified : float
+        The accuracy the learner could certify: the recovery's ``error_estimate``, or before
+        any query the information limit (no fit of the design can certify less).
+    requested : float
+        The accuracy asked.
+    recovery : Recovery or None
+        The recovery that missed the accuracy (None when refused before any query).
+
+    Used in: chapter 5b.
+    """
+
+    def __init__(self, message, *, certified, requested, recovery=None):
+        super().__init__(message)
+        self.certified = certified
+        self.requested = requested
+        self.recovery = recovery

@@ -23,6 +23,8 @@ module                    stage
 :mod:`.lean`              the lean design of chapter 8 (``design="lean"``)
 :mod:`.lean_roots`        every root of a lean configuration's polynomial system
 :mod:`.long`              long ratio queries for noisy oracles (``design="long"``)
+:mod:`.long_info`         the Cramér–Rao bound of a long configuration, the information limit
+:mod:`.accuracy`          ``accuracy=``: refused before any query, or checked after the recovery
 ========================  ==================================================================
 """
 

@@ -1,7 +1,7 @@
 r"""``learn(..., design="long")``: long ratio queries and statistical fits, for noisy oracles.
 
-Used in: ``benchmarks/noise_design.py`` (learning through float32-level noise, issue 17; the book's
-section on it, chapter 5 part 2, is not written yet).
+Used in: chapter 5b (``book/05b_long_queries.ipynb``: learning through float32 noise) and
+``benchmarks/noise_design.py`` (its acceptance rows, issue 17).
 
 A query of :math:`a` copies of :math:`x` followed by :math:`b` copies of :math:`q` (final token
 :math:`q`, :math:`a+b=L`) has

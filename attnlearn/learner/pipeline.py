@@ -20,6 +20,7 @@ import numpy as np
 from .._arith import to_mp, working_precision
 from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
+from .accuracy import check_accuracy, refuse_out_of_reach
 from .asking import ask_constants, ask_design
 from .bias import bias_budget, learn_biased
 from .checks import check_fits, finish, zero_function
@@ -307,7 +308,7 @@ def _long_options(oracle, d, *, heads, max_heads, holdout, robust, seed, output_
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
-          max_length=None, scale="probe", bias=False, design="paper", relative_error=None):
+          max_length=None, scale="probe", bias=False, design="paper", relative_error=None, accuracy=None):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -413,6 +414,15 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``design="long"`` only: the standard deviation of each answer's error relative to the
         answer (e.g. ``6e-8`` for float32 arithmetic), added in quadrature to ``output_error``
         (then read as an absolute standard deviation).
+    accuracy : float, optional, keyword-only
+        The relative parameter error needed (a positive finite number): a recovery whose
+        ``error_estimate`` exceeds it raises :class:`~attnlearn.errors.AccuracyError`, which
+        states the accuracy the learner could certify (``.certified``) and carries the recovery.
+        With ``design="long"`` a request is also refused before any query when the design's
+        information limit (:func:`~attnlearn.learner.long_info.information_limit`, from
+        ``relative_error``; an absolute ``output_error`` has no known scale before the
+        queries) exceeds it ten times (:mod:`attnlearn.learner.accuracy`, chapter 5b).
+        Default None: no requirement.
 
     Returns
     -------
@@ -433,7 +443,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         A subclass naming the configuration and the residual when a check fails:
         :class:`PoleError`, :class:`InconsistentHeadCountError`,
         :class:`UnmatchedHeadsError`, :class:`IllConditionedError`,
-        :class:`CheckFailedError`.
+        :class:`CheckFailedError`; :class:`AccuracyError` when ``accuracy`` is out of reach
+        (before any query or after the recovery).
 
     Notes
     -----
@@ -465,14 +476,17 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
                         method=method, robust=robust, seed=seed, output_error=output_error,
                         redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale,
                         bias=bias, design=design, relative_error=relative_error)
+    accuracy = None if accuracy is None else float(check_real(accuracy, "accuracy", positive=True))
+    if accuracy is not None and opt.design == "long":  # the information limit, before any query
+        refuse_out_of_reach(opt.d, opt.n, L=opt.max_length, relative=opt.relative_error, accuracy=accuracy)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     if opt.design == "long":
         from .long import learn_long
 
-        return learn_long(oracle, opt, tol)
+        return check_accuracy(learn_long(oracle, opt, tol), accuracy)
     with working_precision(oracle):
         pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
-        return pipeline(oracle, opt, tol)
+        return check_accuracy(pipeline(oracle, opt, tol), accuracy)
 
 
 def _pipeline(oracle, opt, tol):

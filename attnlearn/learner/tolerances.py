@@ -337,6 +337,13 @@ class LongTolerances:
         A float64 oracle's rounding on a ratio query of :math:`L` tokens, as a fraction of the
         sequential-summation bound :math:`L\epsilon_{64}\max|F|` (:func:`~.long.noise_sd`:
         measured 0.05 to 0.15 at :math:`L=4096`).
+    refuse_factor : float
+        ``learn(..., accuracy=...)`` refuses before any query when the information limit
+        (:func:`~.long_info.information_limit`, a floor with every choice in the learner's
+        favour) exceeds the accuracy asked 10 times: on the committed rows of
+        ``benchmarks/noise_design.py`` the limit lies 35 times or more below every returned
+        error and 94 times or more below every estimate (chapter 5b), so a refused request
+        is one the learner could not meet.
     """
 
     ratios_base: int = 16
@@ -367,6 +374,7 @@ class LongTolerances:
     nudge: float = 0.15
     nudge_max: float = 1.0
     rounding: float = 1 / 8
+    refuse_factor: float = 10.0
 
     def ratios(self, H):
         """Ratios per configuration with ``H`` heads."""
