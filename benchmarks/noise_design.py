@@ -43,7 +43,10 @@ the coarse pass anchored from H = 3 (LongTolerances.anchored_heads), random for 
     --row 4,32,1e-16,2 (2 of 20 models, time; benchmarks/results/noise_design_H4_d32_f64.json): NOT met
     H=4 d=32 eps=1e-16: 1 returned with error 5.2e-5 (estimate 2e-4), 1 IllConditionedError (group 18's
              stretched anchor not where predicted, after 2 redraws); the acceptance asks median <= 1e-6
-    H=8 d=16: not measured this session (H=8 d=4, 2 seeds: both raised at the anchor stage).
+    --row 8,16,6e-8,20 --workers 1 (benchmarks/results/noise_design_H8_d16.json): goal (10/20) NOT met
+    H=8 d=16 ok(1e-3) 0/20: every model IllConditionedError at the anchored coarse pass (the stretched
+             anchor does not show its steps where the stretch puts them, group 1 or 2, after 2
+             redraws), 15 s of CPU per model; the Cramer-Rao floor allows 4e-7 (chapter 5b)
 
 Earlier (random coarse pass for every H, before the verification merge):
     --rows small: H=1 d=4 20/20, H=2 d=4 19/20, H=4 d=4 7/20 (13 raised), 0 beyond 10x in every row
