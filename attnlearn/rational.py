@@ -35,6 +35,7 @@ __all__ = [
     "check_residuals",
     "loewner_matrix",
     "jacobian",
+    "gauss_newton_mp",
 ]
 
 
@@ -523,6 +524,38 @@ def _mp_jacobian(tt, rho, gamma):
                           + [1 / (1 + rho[h] * ti) for h in range(n)] for ti in tt])
 
 
+def _mp_miss(tt, G, ell, gamma):
+    """The misses :math:`G_i-\\sum_h\\gamma_h/(1+e^{\\ell_h}t_i)` of one configuration (mpmath)."""
+    rho = [mpmath.exp(e) for e in ell]
+    return mpmath.matrix([G[i] - mpmath.fsum(gamma[h] / (1 + rho[h] * tt[i]) for h in range(len(ell)))
+                          for i in range(len(tt))])
+
+
+def gauss_newton_mp(tt, G, ell, gamma, *, steps):
+    r"""``steps`` Gauss-Newton steps of one configuration's fit :math:`(\ell,\gamma)` onto its
+    samples ``G`` (constant removed) at the nodes ``tt`` (mpf), at the current mpmath precision.
+
+    Each step is :math:`\delta=J^+r` (:func:`jacobian`, a least-squares solve by QR), so the fit
+    converges quadratically to the one its samples determine; a singular Jacobian (two equal
+    poles) stops the steps early. Returns ``(ell, gamma, r)`` with ``r`` the misses after the
+    last step (an ``mpmath.matrix``).
+
+    Used in: chapter 3 (an overdetermined exact fit, through :func:`fit_known_degree`) and
+    chapter 5 (the verification stage, :func:`attnlearn.learner.verify.polish_onto_samples`).
+    """
+    H = len(ell)
+    r = _mp_miss(tt, G, ell, gamma)
+    for _ in range(steps if H else 0):  # no head: nothing to move
+        try:
+            step, _ = mpmath.qr_solve(_mp_jacobian(tt, [mpmath.exp(e) for e in ell], gamma), r)
+        except ZeroDivisionError:  # a singular Jacobian (two equal poles): keep the fit as it is
+            break
+        ell = [ell[h] + step[h] for h in range(H)]
+        gamma = [gamma[h] + step[H + h] for h in range(H)]
+        r = _mp_miss(tt, G, ell, gamma)
+    return ell, gamma, r
+
+
 def _fit_mp_one(t, G, n, label):
     """Exact-mode fit of one configuration at the current mpmath precision."""
     m = len(t)
@@ -561,15 +594,7 @@ def _fit_mp_one(t, G, n, label):
         # overdetermined: the linearised solution weights sample i by Q(t_i), which grows
         # like t_i^n; Gauss-Newton steps move it to the least-squares fit in (ell, gamma),
         # whose first-order sensitivity is the J^+ reported below (used by the learner)
-        ell = [mpmath.log(r) for r in rho]
-        tt = [_mpnode(ti) for ti in t]
-        for _ in range(3):
-            rho = [mpmath.exp(e) for e in ell]
-            J = _mp_jacobian(tt, rho, gamma)
-            r = mpmath.matrix([G[i] - mpmath.fsum(gamma[h] / (1 + rho[h] * tt[i]) for h in range(n)) for i in range(m)])
-            step, _ = mpmath.qr_solve(J, r)
-            ell = [ell[h] + step[h] for h in range(n)]
-            gamma = [gamma[h] + step[n + h] for h in range(n)]
+        ell, gamma, _ = gauss_newton_mp([_mpnode(ti) for ti in t], G, [mpmath.log(r) for r in rho], gamma, steps=3)
         order = sorted(range(n), key=lambda h: ell[h])
         rho = [mpmath.exp(ell[h]) for h in order]
         gamma = [gamma[h] for h in order]

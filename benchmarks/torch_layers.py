@@ -14,8 +14,9 @@ default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a rand
 :class:`attnlearn.torch.TorchOracle` in four modes: ``default`` (``learn``'s defaults), ``search``
 (``scale="search"``, :mod:`attnlearn.learner.scale`), ``robust`` (``robust=True``) and
 ``robust+search`` (both), and ``long, L=64``
-(``design="long", max_length=64`` with ``relative_error=oracle.ratio_noise(64)``, the module's
-noise on ratio queries measured against a float64 copy: chapter 7's float32 section); scored
+(``design="long", max_length=64``, for a float32 module with ``relative_error=oracle.ratio_noise(64)``,
+its noise on ratio queries measured against a float64 copy: chapter 7's float32 section) and ``long,
+L=4096`` (a float64 module: the learner's own model of float64 rounding); scored
 with :func:`attnlearn.param_error` against ``canonical(from_torch(module, readout=r))``.
 
 With ``--bias default`` the modules have ``bias=True`` and PyTorch's initial biases (zero), with
@@ -61,7 +62,8 @@ def target(H, dtype):
 MODES = {"default": {}, "search": {"scale": "search"}, "robust": {"robust": True},
          "robust+search": {"robust": True, "scale": "search"},
          "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16},
-         "long, L=64": {"design": "long", "max_length": 64}}
+         "long, L=64": {"design": "long", "max_length": 64},
+         "long, L=4096": {"design": "long", "max_length": 4096}}
 
 
 def run(d, H, i, *, mode, dtype, bias="none"):
@@ -75,7 +77,7 @@ def run(d, H, i, *, mode, dtype, bias="none"):
     r = np.random.default_rng(i).normal(size=d)
     oracle = TorchOracle(module, readout=r)
     kw = dict(MODES[mode])
-    if kw.get("design") == "long":  # the module's noise on the design's ratio queries
+    if kw.get("design") == "long" and dtype == "float32":  # its noise on the design's ratio queries
         kw["relative_error"] = oracle.ratio_noise(kw["max_length"], seed=i)
     elif dtype == "float32":
         kw["output_error"] = oracle.error_bound(seed=i)  # tokens up to norm 8 (scale="probe")

@@ -22,7 +22,7 @@ import numpy as np
 
 from .._arith import to_float, to_mp
 from ..errors import CheckFailedError
-from ..rational import _mp_jacobian, _mpnode, jacobian
+from ..rational import _mp_miss, _mpnode, gauss_newton_mp, jacobian
 from .asking import ask_nodes
 from .tolerances import MEASURE_DPS, POLISH_STEPS
 
@@ -105,21 +105,8 @@ def polish_onto_samples(F, ell, gam, ts, *, exact, steps=POLISH_STEPS):
         for c in range(C):
             e, g = [to_mp(ell[c])[h] for h in range(H)], [to_mp(gam[c])[h] for h in range(H)]
             Fc = to_mp(F[c])
-
-            def miss(e, g):
-                rho = [mpmath.exp(x) for x in e]
-                return mpmath.matrix([Fc[i] - mpmath.fsum(g[h] / (1 + rho[h] * tt[i]) for h in range(H))
-                                      for i in range(len(tt))])
-
-            r = miss(e, g)
-            before[c] = float(max(abs(x) for x in r))
-            for _ in range(steps if H else 0):  # no head: nothing to move
-                try:
-                    step, _ = mpmath.qr_solve(_mp_jacobian(tt, [mpmath.exp(x) for x in e], g), r)
-                except ZeroDivisionError:  # a singular Jacobian (two equal poles): keep the fit as it is
-                    break
-                e, g = [e[h] + step[h] for h in range(H)], [g[h] + step[H + h] for h in range(H)]
-                r = miss(e, g)
+            before[c] = float(max(abs(x) for x in _mp_miss(tt, Fc, e, g)))
+            e, g, r = gauss_newton_mp(tt, Fc, e, g, steps=steps)
             after[c] = float(max(abs(x) for x in r))
             out_ell[c], out_gam[c] = e, g
     return out_ell, out_gam, before, after
