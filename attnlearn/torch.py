@@ -273,8 +273,8 @@ class TorchOracle:
         -----
         Measured at :math:`d=16` on PyTorch's default initialisation: the relative discrepancy
         of a float32 module is about :math:`10^{-7}` for tokens of norm 1-4 and grows to about
-        :math:`10^{-6}` at norm 16 and :math:`3\cdot10^{-6}` at 64 (chapter 7), far above
-        float32's rounding of the output alone (:math:`6\cdot10^{-8}`).
+        :math:`3\cdot10^{-7}` at norm 16, :math:`2\cdot10^{-6}` at 64 and :math:`6\cdot10^{-6}` at
+        256 (chapter 7), far above float32's rounding of the output alone (:math:`6\cdot10^{-8}`).
 
         Used in: chapter 7.
         """
