@@ -35,8 +35,9 @@ the coarse pass anchored from H = 3 (LongTolerances.anchored_heads), random for 
              about 4 min of CPU per model (330,000 queries of 4096 x 64)
     --row 2,16,6e-8,20 (anchored for every H, not kept): 14/20 ok, median 7.8e-6, 1 IllConditionedError,
              1 UnmatchedHeadsError, 0 beyond 10x (max e/est 4.1); random coarse pass: 20/20 (below)
-    --row 6,8,1e-16,10 (10 of the 20 models, time; benchmarks/results/noise_design_H6_d8_f64.json):
-    H=6 d=8 eps=1e-16 ok(1e-3) 10/10 ok(1e-6) 10/10 median 4.2e-10 beyond 10x est 0 max e/est 1.38 queries/4Hd^2 8.9
+    --row 6,8,1e-16,10 and --row 6,8,1e-16,10 --first 10 --workers 1, joined with --merge
+    (benchmarks/results/noise_design_H6_d8_f64.json):
+    H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 5.3e-10 beyond 10x est 0 max e/est 1.38 queries/4Hd^2 9.0
              44 s of CPU per model; before a float64 oracle's summation rounding on 4096-token
              queries was in the noise model (noise_sd): 0/4, every fit 300x above 4 eps |F|
 
