@@ -169,3 +169,43 @@ def test_anchored_coarse_pass_labels_four_heads():
     # by less than half the anchor's smallest gap
     gap = np.min(np.diff(fit.c[0]))
     assert np.max(np.abs(fit.c[1:] - fit.c[0])) < 0.5 * gap
+
+
+def _contaminated_group():
+    """A group of 16 configurations of three steps, exact answers plus 1e-12 relative noise,
+    whose joint fit started three configurations with two close steps (0.3 to 0.6 nats apart,
+    heights 2 and 0.3) passed through each other: the shared heights come out far off."""
+    from scipy.special import expit
+
+    from attnlearn.learner import long as LG
+
+    tol = LongTolerances()
+    H, m = 3, 16
+    b, z = ratio_grid(L, tol.ratios(H))
+    rng = np.random.default_rng(5)
+    g = np.array([2.0, 0.3, -1.5])
+    c = np.sort(rng.uniform(-4, 4, (m, H)), axis=1)
+    c[:, 1] = c[:, 0] + rng.uniform(0.3, 0.6, m)
+    C = rng.normal(size=m)
+    exact = C[:, None] + np.einsum("mrh,h->mr", expit(c[:, None, :] - z[None, :, None]), g)
+    sd = 1e-12 * np.max(np.abs(exact), axis=1, keepdims=True) * np.ones_like(exact)
+    F = exact + sd * rng.normal(size=exact.shape)
+    ends = (C, np.full(m, 1e-12), C + g.sum(), np.full(m, 1e-12))
+    c0 = c.copy()
+    c0[:3, [0, 1]] = c0[:3, [1, 0]]
+    ctx = LG._Ctx(ask=None, d=4, H=H, L=L, b=b, z=z, absolute=0.0, relative=1e-16, tol=tol,
+                  rng=np.random.default_rng(0))
+    return LG, ctx, F, sd, ends, LG.fit_group(z, F, sd, ends, g * (1 + 1e-3), C, c0), g, c
+
+
+def test_trim_frees_the_heights_of_a_contaminated_group():
+    """_trim: a group whose joint fit sits far above the noise (three configurations in a wrong
+    local minimum pull the shared heights) is refitted without its worst configurations, those
+    repaired under the clean heights: heights and positions back to the noise level; a group
+    within the noise is returned as it is."""
+    LG, ctx, F, sd, ends, fit, g, c = _contaminated_group()
+    assert fit.reduced > 1e10 and np.max(np.abs(fit.g - g)) > 1e-2
+    clean = LG._trim(ctx, F, sd, ends, fit)
+    assert clean.reduced <= ctx.tol.chi2_factor
+    assert np.max(np.abs(clean.g - g)) < 1e-8 and np.max(np.abs(clean.c - c)) < 1e-8
+    assert LG._trim(ctx, F, sd, ends, clean) is clean

@@ -333,6 +333,17 @@ class LongTolerances:
         every step ...
     nudge_max : float
         ... and by at most 1 nat (one head, or widely separated ones).
+    trim_factor : float
+        A group's joint fit still above the noise after the repairs (:func:`~.long._trim`):
+        its configurations with a :math:`\chi^2` over 10 times the group's median are set
+        aside while the heights are refitted (a configuration within the noise has
+        :math:`\chi^2` near its 30 to 50 degrees of freedom, and 10 times that is beyond any
+        noise; measured: the culprits of a contaminated group lie 100 to 10^4 times above the
+        median) ...
+    trim_keep : float
+        ... as long as at least half of the group is kept ...
+    trim_rounds : int
+        ... in at most 3 rounds.
     rounding : float
         A float64 oracle's rounding on a ratio query of :math:`L` tokens, as a fraction of the
         sequential-summation bound :math:`L\epsilon_{64}\max|F|` (:func:`~.long.noise_sd`:
@@ -373,6 +384,9 @@ class LongTolerances:
     stretch_clip: tuple = (1 / 8, 8)
     nudge: float = 0.15
     nudge_max: float = 1.0
+    trim_factor: float = 10.0
+    trim_keep: float = 0.5
+    trim_rounds: int = 3
     rounding: float = 1 / 8
     refuse_factor: float = 10.0
 
