@@ -132,8 +132,9 @@ def _group_context(H, d, s, eps):
 
 
 def test_float64_rounding_floor_matches_the_oracle():
-    """A float64 oracle's answers to 4096-token ratio queries miss the exact curve by about the
-    modelled rounding (chi2 per ratio between 1/20 and 3); 4 eps |F| alone is 100x too small."""
+    """A float64 oracle's answers to 4096-token ratio queries miss the exact curve within the
+    modelled rounding, an envelope of 99 % of configurations (chi2 per ratio between 1/200 and
+    1; the median configuration's error is about 1/6 of it); 4 eps |F| alone is 100x too small."""
     from scipy.special import expit
 
     LG, ctx, model = _group_context(6, 8, 0, 0.0)
@@ -144,7 +145,7 @@ def test_float64_rounding_floor_matches_the_oracle():
         c = -(np.einsum("hij,i->hj", model.W, u) @ q)
         exact = model.V @ q + expit(c[None, :] - ctx.z[:, None]) @ (-(model.v @ u))
         chi2 = np.mean(((F - exact) / sd) ** 2)
-        assert 0.05 <= chi2 <= 3
+        assert 0.005 <= chi2 <= 1
         assert np.mean(((F - exact) / noise_sd(F, absolute=0.0, relative=0.0)) ** 2) > 100
 
 
