@@ -23,12 +23,12 @@ Used in: chapter 7.
 """
 
 import copy
-import numbers
 
 import numpy as np
 import torch
 
 from .layer import AttentionLayer
+from .learner.pipeline import check_count, check_real
 from .model import MultiHeadAttention, check_sequences
 from .oracle import PERTURB_ULPS, _perturbation_seed
 
@@ -278,16 +278,8 @@ class TorchOracle:
 
         Used in: chapter 7.
         """
-        for name, v in (("max_norm", max_norm), ("safety", safety)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}")
-            if not (np.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-        for name, v in (("max_length", max_length), ("per_length", per_length)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{name} must be an integer, got {type(v).__name__} {v!r}")
-            if v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        max_norm, safety = check_real(max_norm, "max_norm", positive=True), check_real(safety, "safety", positive=True)
+        max_length, per_length = check_count(max_length, "max_length"), check_count(per_length, "per_length")
         ref = copy.deepcopy(self.module).to(torch.float64)
         rng = np.random.default_rng(seed)
         worst = 0.0
@@ -353,16 +345,8 @@ class TorchOracle:
 
         Used in: chapter 7.
         """
-        for name, v in (("max_norm", max_norm), ("safety", safety)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real):
-                raise TypeError(f"{name} must be a real number, got {type(v).__name__} {v!r}")
-            if not (np.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-        for name, v, low in (("max_length", max_length, 2), ("configs", configs, 1)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{name} must be an integer, got {type(v).__name__} {v!r}")
-            if v < low:
-                raise ValueError(f"{name} must be at least {low}, got {v!r}")
+        max_norm, safety = check_real(max_norm, "max_norm", positive=True), check_real(safety, "safety", positive=True)
+        max_length, configs = check_count(max_length, "max_length", minimum=2), check_count(configs, "configs")
         ref = copy.deepcopy(self.module).to(torch.float64)
         rng = np.random.default_rng(seed)
         L = int(max_length)
