@@ -20,7 +20,7 @@ import numpy as np
 from .._arith import working_precision
 from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
-from .accuracy import check_accuracy, refuse_out_of_reach
+from .accuracy import certifying, check_accuracy, refuse_out_of_reach
 from .bias import bias_budget, learn_biased
 from .checks import finish, zero_function
 from .labelling import label_crosses, label_links
@@ -415,7 +415,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         With ``design="long"`` a request is also refused before any query when the design's
         information limit (:func:`~attnlearn.learner.long_info.information_limit`, from
         ``relative_error``; an absolute ``output_error`` has no known scale before the
-        queries) exceeds it ten times (:mod:`attnlearn.learner.accuracy`, chapter 5b).
+        queries) exceeds it ten times (:mod:`attnlearn.learner.accuracy`, chapter 5b). With
+        ``accuracy`` asked, a recovery that fails raises ``AccuracyError`` too, certifying
+        nothing (``.certified = inf``, the failure as its ``__cause__``).
         Default None: no requirement.
 
     Returns
@@ -438,7 +440,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :class:`PoleError`, :class:`InconsistentHeadCountError`,
         :class:`UnmatchedHeadsError`, :class:`IllConditionedError`,
         :class:`CheckFailedError`; :class:`AccuracyError` when ``accuracy`` is out of reach
-        (before any query or after the recovery).
+        (before any query, after the recovery, or instead of any of these failures).
 
     Notes
     -----
@@ -474,13 +476,14 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     if accuracy is not None and opt.design == "long":  # the information limit, before any query
         refuse_out_of_reach(opt.d, opt.n, L=opt.max_length, relative=opt.relative_error, accuracy=accuracy)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
-    if opt.design == "long":
-        from .long import learn_long
+    with certifying(accuracy):  # with an accuracy asked, a failed recovery certifies none
+        if opt.design == "long":
+            from .long import learn_long
 
-        return check_accuracy(learn_long(oracle, opt, tol), accuracy)
-    with working_precision(oracle):
-        pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
-        return check_accuracy(pipeline(oracle, opt, tol), accuracy)
+            return check_accuracy(learn_long(oracle, opt, tol), accuracy)
+        with working_precision(oracle):
+            pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
+            return check_accuracy(pipeline(oracle, opt, tol), accuracy)
 
 
 def _pipeline(oracle, opt, tol):
