@@ -41,6 +41,7 @@ Used in: chapter 7 (biased layers: the derivation, the count, exact and float64 
 import numpy as np
 
 from .._arith import norm, solve, to_float, to_mp
+from ..canonical import matched_error
 from ..errors import IllConditionedError, NotIdentifiableError
 from ..layer import AttentionLayer
 from .checks import finish
@@ -199,8 +200,6 @@ def bias_error(model, truth):
         Their token widths differ.
 
     Used in: chapter 7."""
-    from scipy.optimize import linear_sum_assignment
-
     for m in (model, truth):
         if not isinstance(m, AttentionLayer) or not m.scalar:
             raise TypeError(f"bias_error expects scalar AttentionLayer models, got {m!r}")
@@ -221,7 +220,7 @@ def bias_error(model, truth):
                    norm(c1[i] - c2[j]) / max(norm(c2[j]), nW))
 
     C = np.array([[cost(i, j) for j in range(truth.H)] for i in range(model.H)]).reshape(model.H, truth.H)
-    worst = float(C[linear_sum_assignment(C)].max()) if truth.H else 0.0
+    worst = matched_error(C)
     b1 = f(model.b if model.b is not None else [0.0])[0]
     b2 = f(truth.b if truth.b is not None else [0.0])[0]
     vmax = max([norm(v2[j]) for j in range(truth.H)], default=0.0)
