@@ -55,7 +55,7 @@ class AccuracyError(RecoveryError):
     ----------
     certified : float
         The accuracy the learner could certify: the recovery's ``error_estimate``, before any
-        query the information limit (no fit of the design can certify less), or ``inf`` when the
+        query the information limit (an estimated floor: chapter 5b), or ``inf`` when the
         recovery failed.
     requested : float
         The accuracy asked.

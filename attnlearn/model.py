@@ -192,12 +192,14 @@ def degenerate(model, kind, *, head=0):
     ValueError
         An unknown ``kind``, or a two-head kind with fewer than two heads.
 
-    Used in: chapters 2 and 8 (through the tests and ``benchmarks/lean.py --degenerate``).
+    Used in: ``benchmarks/lean.py --degenerate`` (chapter 8's degenerate rows) and the tests.
     """
     if kind not in DEGENERACIES:
         raise ValueError(f"kind must be one of {DEGENERACIES}, got {kind!r}")
     if kind in ("merged", "zero-sum", "equal-v") and model.H < 2:
         raise ValueError(f"kind={kind!r} needs two heads, the model has {model.H}")
+    if kind == "zero-v" and not -model.H <= head < model.H:
+        raise ValueError(f"head must index one of the model's {model.H} heads, got {head!r}")
     W, v = model.W.copy(), model.v.copy()
     if kind in ("merged", "zero-sum"):
         W[1] = W[0]

@@ -266,3 +266,10 @@ def test_degenerate_models_and_their_canonical_heads():
         degenerate(m, "equal")
     with pytest.raises(ValueError, match=r"kind='merged' needs two heads, the model has 1"):
         degenerate(random_model(1, 2), "merged")
+
+
+def test_degenerate_zero_v_names_a_missing_head():
+    from attnlearn.model import degenerate
+
+    with pytest.raises(ValueError, match=r"head must index one of the model's 2 heads, got 2"):
+        degenerate(random_model(2, 3), "zero-v", head=2)

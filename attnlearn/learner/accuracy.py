@@ -4,7 +4,7 @@ Used in: chapter 5b (``book/05b_long_queries.ipynb``: an out-of-reach request ra
 
 1. Before any query, ``design="long"`` only (:func:`refuse_out_of_reach`): the design's
    information limit (:func:`~.long_info.information_limit`, the Cramér–Rao bound of its
-   configurations propagated with every choice in the learner's favour) must not exceed the
+   configurations propagated with choices in the learner's favour, an estimated floor) must not exceed the
    accuracy asked ``LongTolerances.refuse_factor`` times.
 2. After the recovery, every design (:func:`check_accuracy`): its ``error_estimate`` must not
    exceed the accuracy asked.
@@ -56,8 +56,8 @@ def refuse_out_of_reach(d, H, *, L, relative, accuracy, tol=None):
     if limit > tol.refuse_factor * accuracy:
         raise AccuracyError(
             f"accuracy={accuracy:.1e} is out of reach of design=\"long\" at relative_error={relative:.1e} "
-            f"(heads={H}, d={d}, max_length={L}): the Cramer-Rao bound of its configurations, every choice in "
-            f"its favour, allows no better than {limit:.1e}, more than {tol.refuse_factor:g}x the accuracy "
+            f"(heads={H}, d={d}, max_length={L}): the Cramer-Rao bound of its configurations (an estimated floor, "
+            f"chapter 5b) allows no better than {limit:.1e}, more than {tol.refuse_factor:g}x the accuracy "
             "asked; the accuracy it could certify is at best that. No query was asked.",
             certified=limit, requested=accuracy)
     return limit

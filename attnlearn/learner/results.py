@@ -67,7 +67,9 @@ class Diagnostics:
 
     def record_matchings(self, *, link, cross):
         """Fill in the matchings' residuals and margins (``link``, ``cross``: a
-        :class:`attnlearn.matching.Matching` or None), once there are heads to match."""
+        :class:`attnlearn.matching.Matching` or None), once there are heads to match.
+
+        Used in: chapters 4 and 7 (through ``learn``)."""
         for name, mt in (("link", link), ("cross", cross)):
             if mt is not None:
                 setattr(self, f"{name}_residual", mt.residual)

@@ -67,6 +67,8 @@ class FittedDesign:
         Robust mode's redrawn fits and link equations.
     diagnostics : Diagnostics
         Per-configuration diagnostics (the matchings' fields are filled in later).
+
+    Used in: chapters 4 and 7 (through ``learn``).
     """
 
     rng: np.random.Generator
