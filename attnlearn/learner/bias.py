@@ -44,11 +44,10 @@ from .._arith import norm, solve, to_float, to_mp
 from ..canonical import matched_error
 from ..errors import IllConditionedError, NotIdentifiableError
 from ..layer import AttentionLayer
-from .checks import finish
 from .constants import solve_V_biased  # noqa: F401 (re-exported: the constants stage of bias=True)
 from .labelling import label_crosses, label_links
 from .solves import solve_blocks, solve_v
-from .stages import fit_design
+from .stages import finish_design, fit_design
 from .tolerances import Tolerances
 
 #: Smallest denominator of a relative error (the Tolerances' ``tiny``; the same in every mode).
@@ -276,6 +275,4 @@ def learn_biased(oracle, opt, tol):
         v, err_v = solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol)
         model, estimate = biased_layer(W, c, v, err, err_v, c1, design.q[0], eps_out=errors.output, tol=tol)
         diag.record_matchings(link=links, cross=crosses.matching)
-    return finish(oracle, model, fitted.queries, diag, max_length=fitted.nodes.max_length, eps_out=errors.output,
-                  stated=errors.stated, estimate=estimate, holdout=opt.holdout - fitted.queries["holdout"],
-                  rng=fitted.rng, f=design.f, tol=tol, verified=opt.holdout > 0)
+    return finish_design(oracle, fitted, model, estimate, opt=opt, tol=tol)

@@ -22,12 +22,12 @@ from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
 from .accuracy import certifying, check_accuracy, refuse_out_of_reach
 from .bias import bias_budget, learn_biased
-from .checks import finish, zero_function
+from .checks import zero_function
 from .labelling import label_crosses, label_links
 from .lean import lean_budget, lean_holdout_count, learn_lean
 from .results import query_budget
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
-from .stages import fit_design
+from .stages import finish_design, fit_design
 from .tolerances import LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances, Tolerances
 
 __all__ = ["learn", "Options", "check_count", "check_flag", "check_real", "check_seed", "check_oracle",
@@ -505,6 +505,4 @@ def _pipeline(oracle, opt, tol):
                     else (blocks.v1, blocks.err_v1))
         model, estimate = canonical_heads(heads, v, err_v, tol=tol)
         diag.record_matchings(link=links, cross=crosses.matching)
-    return finish(oracle, model, fitted.queries, diag, max_length=fitted.nodes.max_length, eps_out=errors.output,
-                  stated=errors.stated, estimate=estimate, holdout=opt.holdout - fitted.queries["holdout"],
-                  rng=fitted.rng, f=design.f, tol=tol, verified=opt.holdout > 0)
+    return finish_design(oracle, fitted, model, estimate, opt=opt, tol=tol)
