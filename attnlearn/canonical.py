@@ -11,7 +11,7 @@ from scipy.optimize import linear_sum_assignment
 from ._arith import absmax, eps_of, is_mp, norm, to_float, to_mp
 from .model import MultiHeadAttention
 
-__all__ = ["canonical", "param_error", "default_atol"]
+__all__ = ["canonical", "param_error", "matched_error", "default_atol"]
 
 
 def _input_prec(*arrays):
@@ -167,6 +167,21 @@ def _canonical(model, atol):
     return MultiHeadAttention(W, v)
 
 
+def matched_error(cost):
+    r"""The largest per-pair error of the head matching ``cost`` (``(H_a, H_b)``: the error of
+    pairing head ``i`` with head ``j``) finds with :func:`scipy.optimize.linear_sum_assignment`
+    (the Hungarian method, smallest total error); ``0.0`` without heads. The parameter errors of
+    :func:`param_error`, :func:`attnlearn.layer.layer_error` and
+    :func:`attnlearn.learner.bias.bias_error` differ only in their ``cost``.
+
+    Used in: chapters 2, 7 (through those three)."""
+    cost = np.asarray(cost, dtype=float)
+    if cost.size == 0:
+        return 0.0
+    rows, cols = linear_sum_assignment(cost)
+    return float(cost[rows, cols].max())
+
+
 def _rel(diff, ref):
     r = norm(ref)
     return norm(diff) / r if r > 0 else norm(diff)
@@ -220,5 +235,4 @@ def param_error(a, b):
         for i in range(H):
             for j in range(H):
                 cost[i, j] = max(_rel(Wa[i] - Wb[j], Wb[j]), _rel(va[i] - vb[j], vb[j]))
-    rows, cols = linear_sum_assignment(cost)
-    return float(cost[rows, cols].max())
+    return matched_error(cost)

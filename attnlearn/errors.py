@@ -48,13 +48,15 @@ class AccuracyError(RecoveryError):
 
     Raised after a recovery whose ``error_estimate`` exceeds the accuracy asked (the recovery
     is attached), or, with ``design="long"``, before any query when the design's information
-    limit (:func:`attnlearn.learner.long_info.information_limit`) is far above it.
+    limit (:func:`attnlearn.learner.long_info.information_limit`) is far above it, or when the
+    recovery itself failed (``certified`` is then ``inf`` and ``__cause__`` the failure).
 
     Attributes
     ----------
     certified : float
-        The accuracy the learner could certify: the recovery's ``error_estimate``, or before
-        any query the information limit (no fit of the design can certify less).
+        The accuracy the learner could certify: the recovery's ``error_estimate``, before any
+        query the information limit (an estimated floor: chapter 5b), or ``inf`` when the
+        recovery failed.
     requested : float
         The accuracy asked.
     recovery : Recovery or None

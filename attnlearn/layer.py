@@ -21,6 +21,7 @@ import mpmath
 import numpy as np
 
 from ._arith import as_real_array, is_mp, mp_exp, to_mp
+from .canonical import matched_error
 from .model import MultiHeadAttention, check_sequences
 
 __all__ = ["AttentionLayer", "layer_error"]
@@ -210,8 +211,6 @@ def layer_error(a, b):
     and, when ``b`` has them, :math:`c_h` and the offset. ``inf`` when the head counts differ.
 
     Used in: chapter 7 (scoring the vector and biased recoveries against :func:`attnlearn.torch.from_torch`)."""
-    from scipy.optimize import linear_sum_assignment
-
     for m in (a, b):
         if not isinstance(m, AttentionLayer):
             raise TypeError(f"layer_error expects AttentionLayer models, got {type(m).__name__}")
@@ -224,7 +223,7 @@ def layer_error(a, b):
     cost = np.array([[max(rel(a.W[i], b.W[j]), rel(a.A[i], b.A[j]),
                           rel(a.c[i] if a.c is not None else np.zeros(a.d), b.c[j]) if b.c is not None else 0.0)
                       for j in range(b.H)] for i in range(a.H)]).reshape(a.H, b.H)
-    worst = float(cost[linear_sum_assignment(cost)].max()) if a.H else 0.0
+    worst = matched_error(cost)
     if b.b is not None:
         worst = max(worst, rel(a.b if a.b is not None else np.zeros_like(b.b), b.b))
     return worst

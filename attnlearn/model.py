@@ -8,7 +8,8 @@ import numpy as np
 
 from ._arith import as_real_array, is_mp, mp_exp, to_mp
 
-__all__ = ["MultiHeadAttention", "check_sequences", "random_model", "softmax_numerators", "mp_softmax_numerators"]
+__all__ = ["MultiHeadAttention", "check_sequences", "random_model", "degenerate", "DEGENERACIES", "softmax_numerators",
+           "mp_softmax_numerators"]
 
 
 def check_sequences(Xs, d, *, batch):
@@ -167,6 +168,50 @@ def random_model(H, d, *, seed=0, scale=1.0):
     """
     rng = np.random.default_rng(seed)
     return MultiHeadAttention(scale * rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+
+
+#: The degenerate models of DESIGN §2, what :func:`degenerate` makes of a model.
+DEGENERACIES = ("merged", "zero-sum", "equal-v", "zero-v", "zero")
+
+
+def degenerate(model, kind, *, head=0):
+    r"""``model`` made degenerate (DESIGN §2), a new :class:`MultiHeadAttention`:
+
+    * ``"merged"``: :math:`W_2=W_1` (heads 1 and 2 merge into one canonical head),
+    * ``"zero-sum"``: :math:`W_2=W_1`, :math:`v_2=-v_1` (both vanish from the canonical form),
+    * ``"equal-v"``: :math:`v_2=v_1` with different :math:`W` (two canonical heads with equal
+      residues),
+    * ``"zero-v"``: :math:`v_{\mathrm{head}}=0` (a head that outputs nothing; ``head`` indexes
+      from 0, -1 the last),
+    * ``"zero"``: every :math:`v_h=0` (the zero function).
+
+    The first three need two heads.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``kind``, or a two-head kind with fewer than two heads.
+
+    Used in: ``benchmarks/lean.py --degenerate`` (chapter 8's degenerate rows) and the tests.
+    """
+    if kind not in DEGENERACIES:
+        raise ValueError(f"kind must be one of {DEGENERACIES}, got {kind!r}")
+    if kind in ("merged", "zero-sum", "equal-v") and model.H < 2:
+        raise ValueError(f"kind={kind!r} needs two heads, the model has {model.H}")
+    if kind == "zero-v" and not -model.H <= head < model.H:
+        raise ValueError(f"head must index one of the model's {model.H} heads, got {head!r}")
+    W, v = model.W.copy(), model.v.copy()
+    if kind in ("merged", "zero-sum"):
+        W[1] = W[0]
+    if kind == "zero-sum":
+        v[1] = -v[0]
+    elif kind == "equal-v":
+        v[1] = v[0]
+    elif kind == "zero-v":
+        v[head] = 0
+    elif kind == "zero":
+        v[:] = 0
+    return MultiHeadAttention(W, v)
 
 
 def softmax_numerators(Xs, W):

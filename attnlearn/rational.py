@@ -535,8 +535,10 @@ def gauss_newton_mp(tt, G, ell, gamma, *, steps):
     r"""``steps`` Gauss-Newton steps of one configuration's fit :math:`(\ell,\gamma)` onto its
     samples ``G`` (constant removed) at the nodes ``tt`` (mpf), at the current mpmath precision.
 
-    Each step is :math:`\delta=J^+r` (:func:`jacobian`, a least-squares solve by QR), so the fit
-    converges quadratically to the one its samples determine; a singular Jacobian (two equal
+    Each step is :math:`\delta=J^+r` (the Jacobian of :func:`jacobian` in mpmath, a least-squares
+    solve by QR): quadratic convergence to the fit its samples determine when they have one
+    (as many samples as unknowns, or samples without noise), linear towards the least-squares
+    fit otherwise; a singular Jacobian (two equal
     poles) stops the steps early. Returns ``(ell, gamma, r)`` with ``r`` the misses after the
     last step (an ``mpmath.matrix``).
 

@@ -33,13 +33,13 @@ import warnings
 import mpmath
 import numpy as np
 
-from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error
+from attnlearn import Oracle, RecoveryError, canonical, learn, param_error
 from attnlearn._arith import working_precision
 from attnlearn.learner.lean import lean_budget, learn_lean
 from attnlearn.learner.pipeline import _options
 from attnlearn.learner.tolerances import MAX_LENGTH, MAX_QUERIES
 from attnlearn.protocol import Access
-from attnlearn.model import random_model
+from attnlearn.model import degenerate, random_model
 
 DPS = 50
 KINDS = ("merged", "zero-sum", "zero-v", "equal-v")
@@ -50,16 +50,7 @@ def model_for(d, H, seed, kind=None):
     ``zero-sum`` W_2 = W_1 and v_2 = -v_1 (both heads vanish), ``zero-v`` v_1 = 0, ``equal-v``
     v_2 = v_1 with different W (only the check queries can label the heads)."""
     M = random_model(H, d, seed=10_000 + 100 * d + 10 * H + seed)
-    W, v = M.W.copy(), M.v.copy()
-    if kind == "merged":
-        W[1] = W[0]
-    elif kind == "zero-sum":
-        W[1], v[1] = W[0], -v[0]
-    elif kind == "zero-v":
-        v[0] = 0
-    elif kind == "equal-v":
-        v[1] = v[0]
-    return MultiHeadAttention(W, v)
+    return M if kind is None else degenerate(M, kind)
 
 
 def run(d, H, seed, kind=None):

@@ -37,7 +37,11 @@ loads ``benchmarks/results/torch_*.json``.
 Measured (2026-12-03, this machine, ``--dtype float32 --heads H --modes "long, L=64" --json
 benchmarks/results/torch_float32_long_hH.json``, one row per run): H = 1 18/20 to 1e-3 (median
 8.6e-5, 18552 queries per layer, 2-3 s each), H = 2 18/20 (median 4.2e-4, 23654), 0 raised, 0 silent;
-the paper's design in robust mode (``torch_float32.json``): H = 1 1/20, H = 2 0/20.
+the paper's design in robust mode (``torch_float32.json``): H = 1 1/20, H = 2 0/20; ``--dtype float32
+--heads 4 --modes "long, L=64"``: 1/20 (15 raised, 13 at the anchored coarse pass). Float64, ``--heads 4
+--modes "long, L=4096" --json benchmarks/results/torch_float64_long_h4.json``: 18/20 to 1e-4 (median
+2.2e-10, 38288 queries per layer, 0 raised, 0 silent, about 80 s per layer), against robust+search's
+14/20 (``torch_float64_h4.json``).
 """
 
 import argparse

@@ -86,3 +86,32 @@ def test_check_accuracy_without_a_requirement():
     assert check_accuracy(rec, None) is rec and check_accuracy(rec, 0.5) is rec
     with pytest.raises(AccuracyError, match=r"accuracy=4\.0e-01 is out of reach"):
         check_accuracy(rec, 0.4)
+
+
+@pytest.mark.parametrize("heads, true", [(2, 1), (3, 2)])
+def test_a_failed_recovery_certifies_nothing(heads, true):
+    """Asked for more heads than the model has, the long design fails (IllConditionedError): with an
+    accuracy asked, that is an AccuracyError certifying nothing, the failure as its cause."""
+    model = random_model(true, 3, seed=1)
+    kw = dict(design="long", relative_error=1e-8, max_length=L)
+    with pytest.raises(RecoveryError) as plain:
+        learn(Oracle(model, noise=RelativeNoise(1e-8), seed=0), 3, heads=heads, **kw)
+    assert not isinstance(plain.value, AccuracyError)  # no accuracy asked: the failure itself
+    with pytest.raises(AccuracyError, match=r"accuracy=1\.0e-03 is out of reach: the recovery failed, so the "
+                                            r"learner could certify no accuracy \(\w+Error: ") as asked:
+        learn(Oracle(model, noise=RelativeNoise(1e-8), seed=0), 3, heads=heads, accuracy=1e-3, **kw)
+    assert asked.value.certified == float("inf") and asked.value.requested == 1e-3 and asked.value.recovery is None
+    assert type(asked.value.__cause__) is type(plain.value) and str(asked.value.__cause__) == str(plain.value)
+
+
+def test_an_oracle_fault_is_not_an_accuracy_error():
+    from attnlearn.protocol import OracleAnswerError
+
+    class NaN:
+        exact, dps, d = False, None, 2
+
+        def batch(self, Xs):
+            return np.full(len(Xs), np.nan)
+
+    with pytest.raises(OracleAnswerError, match=r"non-finite"):
+        learn(NaN(), 2, heads=1, accuracy=1e-3)

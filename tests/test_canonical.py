@@ -330,3 +330,11 @@ def test_param_error_of_an_exact_recovery_of_an_equal_W_model():
     err = param_error(rec.model, canonical(model))
     assert err <= 1e-40
     assert err <= 10 * rec.error_estimate
+
+
+def test_matched_error_takes_the_matching_and_its_worst_pair():
+    from attnlearn.canonical import matched_error
+
+    cost = np.array([[0.9, 0.1], [0.2, 0.8]])  # heads swapped: pairs (0, 1) and (1, 0)
+    assert matched_error(cost) == 0.2
+    assert matched_error(np.zeros((0, 0))) == 0.0

@@ -19,7 +19,7 @@ from attnlearn.errors import IllConditionedError, PoleError, RecoveryError, Unma
 from attnlearn.learner.lean import extra_node, lean_budget, lean_holdout_count, lean_nodes
 from attnlearn.learner.lean_roots import complete_roots
 from attnlearn.learner.pipeline import learn_cost
-from attnlearn.model import random_model
+from attnlearn.model import degenerate, random_model
 
 DPS = 50
 
@@ -36,20 +36,8 @@ def recovered_error(r, M):
         return param_error(r.model, exact_reference(M))
 
 
-def degenerate(kind, H, d, seed):
-    M = random_model(H, d, seed=seed)
-    W, v = M.W.copy(), M.v.copy()
-    if kind == "merged":
-        W[1] = W[0]
-    elif kind == "zero-sum":
-        W[1], v[1] = W[0], -v[0]
-    elif kind == "zero-v":
-        v[0] = 0
-    elif kind == "equal-v":
-        v[1] = v[0]
-    elif kind == "zero":
-        v[:] = 0
-    return MultiHeadAttention(W, v)
+def degenerate_model(kind, H, d, seed):
+    return degenerate(random_model(H, d, seed=seed), kind)
 
 
 def expected_count(d, n, r):
@@ -94,7 +82,7 @@ def test_the_full_count_is_reached_when_every_block_needs_its_check():
                                           ("equal-v", 3, 3), ("equal-v", 2, 2), ("zero", 2, 0)])
 def test_degenerate_models_give_the_canonical_form(kind, H, heads):
     d = 3
-    M = degenerate(kind, H, d, seed=7)
+    M = degenerate_model(kind, H, d, seed=7)
     o = Oracle(M, precision=DPS)
     r = al.learn(o, d, heads=H, design="lean", seed=1)
     assert r.heads == exact_reference(M).H == heads
@@ -307,7 +295,7 @@ def test_an_extra_sample_that_no_root_reproduces_raises():
 def test_extra_sample_variant_with_equal_v_still_asks_its_checks():
     # equal v: the roots are symmetric, the extra sample cannot label them, the check query does
     d, H = 3, 2
-    M = degenerate("equal-v", H, d, seed=7)
+    M = degenerate_model("equal-v", H, d, seed=7)
     o = Oracle(M, precision=DPS)
     r = _learn_extra_sample(o, d, H, 1)
     assert recovered_error(r, M) < 1e-20 and all(c > 1 for c in r.diagnostics.combinations)

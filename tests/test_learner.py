@@ -9,7 +9,7 @@ import pytest
 import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, learn, param_error, query_budget
 from attnlearn.errors import CheckFailedError, IllConditionedError
-from attnlearn.model import random_model
+from attnlearn.model import degenerate, random_model
 
 
 def degenerate_models(d, seed):
@@ -450,16 +450,14 @@ PROPERTY_KINDS = ("random", "equal W", "zero-sum v", "v = 0 head", "equal v")
 def property_model(kind, H, d, seed):
     """An H-head model, random or degenerate; with H = 1 only "v = 0 head" changes anything."""
     m = random_model(max(H, 2), d, seed=seed)
-    W, v = m.W[:H].copy(), m.v[:H].copy()
-    if H >= 2 and kind in ("equal W", "zero-sum v"):
-        W[1] = W[0]  # heads 0 and 1 merge into one canonical head ...
-    if H >= 2 and kind == "zero-sum v":
-        v[1] = -v[0]  # ... which is then dropped
-    if H >= 2 and kind == "equal v":
-        v[1] = v[0]  # two canonical heads with equal residues
-    if kind == "v = 0 head":
-        v[-1] = 0.0  # a head that outputs nothing
-    return MultiHeadAttention(W, v)
+    m = MultiHeadAttention(m.W[:H], m.v[:H])
+    if H >= 2 and kind in PAIR_KINDS:
+        return degenerate(m, PAIR_KINDS[kind])
+    return degenerate(m, "zero-v", head=-1) if kind == "v = 0 head" else m
+
+
+#: The property test's pair degeneracies, as attnlearn.model.degenerate names them.
+PAIR_KINDS = {"equal W": "merged", "zero-sum v": "zero-sum", "equal v": "equal-v"}
 
 
 def learn_once(model, mode, noise, eps, heads, seed):

@@ -1,7 +1,7 @@
 """attnlearn.learner.long_info: the Cramér–Rao bound of one long-design configuration."""
 
-import glob
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,7 +70,7 @@ def test_limit_is_far_below_every_committed_estimate():
     error is above the limit at that row's settings, and each estimate at least 5 times
     ``refuse_factor`` above it (measured: errors 35 to 10^9 times, estimates 94 to 10^9 times)."""
     tol = LongTolerances()
-    paths = sorted(glob.glob("benchmarks/results/noise_design_*.json"))
+    paths = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("noise_design_*.json"))
     checked = 0
     for path in paths:
         for item in json.load(open(path)):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnlearn import MultiHeadAttention
+from attnlearn import MultiHeadAttention, canonical
 from attnlearn.model import random_model
 
 
@@ -252,3 +252,24 @@ def test_single_token_query_is_linear(data):
     m = MultiHeadAttention(W, v)
     x = Xs[:, :1, :]
     close(m.batch(x), x[:, 0, :] @ v.sum(axis=0), 1 + np.abs(v).sum() * np.abs(Xs).max())
+
+
+def test_degenerate_models_and_their_canonical_heads():
+    from attnlearn.model import DEGENERACIES, degenerate
+
+    m = random_model(3, 2, seed=3)
+    heads = {k: canonical(degenerate(m, k)).H for k in DEGENERACIES}
+    assert heads == {"merged": 2, "zero-sum": 1, "equal-v": 3, "zero-v": 2, "zero": 0}
+    assert np.array_equal(degenerate(m, "zero-v", head=-1).v[2], np.zeros(2))
+    assert np.array_equal(m.v, random_model(3, 2, seed=3).v)  # the model itself is left alone
+    with pytest.raises(ValueError, match=r"kind must be one of .*got 'equal'"):
+        degenerate(m, "equal")
+    with pytest.raises(ValueError, match=r"kind='merged' needs two heads, the model has 1"):
+        degenerate(random_model(1, 2), "merged")
+
+
+def test_degenerate_zero_v_names_a_missing_head():
+    from attnlearn.model import degenerate
+
+    with pytest.raises(ValueError, match=r"head must index one of the model's 2 heads, got 2"):
+        degenerate(random_model(2, 3), "zero-v", head=2)

@@ -151,15 +151,15 @@ def test_error_bound_measures_the_float32_arithmetic():
     assert oracle.error_bound(max_norm=64, max_length=3, per_length=16) > 10 * bound  # grows faster than the norm
     f64 = TorchOracle(layer(8, 2, seed=1), readout=np.ones(8)).error_bound(max_length=3, per_length=16)
     assert f64 < 1e-12
-    with pytest.raises(ValueError, match=r"max_norm must be a positive finite number, got 0"):
+    with pytest.raises(ValueError, match=r"max_norm must be a positive number \(finite, > 0\), got 0"):
         oracle.error_bound(max_norm=0)
-    with pytest.raises(TypeError, match=r"max_length must be an integer, got float 2\.0"):
+    with pytest.raises(TypeError, match=r"max_length must be a positive integer, got float 2\.0"):
         oracle.error_bound(max_length=2.0)
     with pytest.raises(ValueError, match=r"max_length must be a positive integer, got 0"):
         oracle.error_bound(max_length=0)
-    with pytest.raises(TypeError, match=r"safety must be a real number, got str 'x'"):
+    with pytest.raises(TypeError, match=r"safety must be a positive number \(finite, > 0\), got str 'x'"):
         oracle.error_bound(safety="x")
-    with pytest.raises(TypeError, match=r"per_length must be an integer, got bool True"):
+    with pytest.raises(TypeError, match=r"per_length must be a positive integer, got bool True"):
         oracle.error_bound(per_length=True)
 
 
@@ -184,15 +184,15 @@ def test_ratio_noise_measures_the_float32_arithmetic_of_long_queries():
     assert long > 3 * short  # ... growing with the number of summed tokens
     assert oracle.ratio_noise(64, configs=4, safety=1.0) == pytest.approx(short / 3)
     assert TorchOracle(layer(8, 1, seed=2), readout=np.ones(8)).ratio_noise(64, configs=2) == 0.0  # float64: itself
-    with pytest.raises(ValueError, match=r"max_length must be at least 2, got 1"):
+    with pytest.raises(ValueError, match=r"max_length must be an integer >= 2, got 1"):
         oracle.ratio_noise(1)
-    with pytest.raises(TypeError, match=r"max_length must be an integer, got float 64\.0"):
+    with pytest.raises(TypeError, match=r"max_length must be an integer >= 2, got float 64\.0"):
         oracle.ratio_noise(64.0)
-    with pytest.raises(ValueError, match=r"configs must be at least 1, got 0"):
+    with pytest.raises(ValueError, match=r"configs must be a positive integer, got 0"):
         oracle.ratio_noise(64, configs=0)
-    with pytest.raises(ValueError, match=r"max_norm must be a positive finite number, got -1"):
+    with pytest.raises(ValueError, match=r"max_norm must be a positive number \(finite, > 0\), got -1"):
         oracle.ratio_noise(64, max_norm=-1)
-    with pytest.raises(TypeError, match=r"safety must be a real number, got NoneType None"):
+    with pytest.raises(TypeError, match=r"safety must be a positive number \(finite, > 0\), got NoneType None"):
         oracle.ratio_noise(64, safety=None)
 
 

@@ -7,6 +7,7 @@ Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 8. The boo
 module                    stage
 ========================  ==================================================================
 :mod:`.pipeline`          :func:`learn`: the stages below, in order
+:mod:`.stages`            the design, its fits, checks and check queries (shared with ``bias=True``)
 :mod:`.tolerances`        every tolerance, tied to the mode's arithmetic
 :mod:`.design`            nodes, random directions, query scale, the configuration table
 :mod:`.asking`            batched queries of whole configurations, finite answers, counts

@@ -4,20 +4,25 @@ Used in: chapter 5b (``book/05b_long_queries.ipynb``: an out-of-reach request ra
 
 1. Before any query, ``design="long"`` only (:func:`refuse_out_of_reach`): the design's
    information limit (:func:`~.long_info.information_limit`, the Cramér–Rao bound of its
-   configurations propagated with every choice in the learner's favour) must not exceed the
+   configurations propagated with choices in the learner's favour, an estimated floor) must not exceed the
    accuracy asked ``LongTolerances.refuse_factor`` times.
 2. After the recovery, every design (:func:`check_accuracy`): its ``error_estimate`` must not
    exceed the accuracy asked.
+3. A recovery that fails (any other :class:`~attnlearn.errors.RecoveryError`: a fit, a matching,
+   a check) certifies no accuracy at all (:func:`certifying`).
 
 Either way :class:`~attnlearn.errors.AccuracyError` states the accuracy the learner could
-certify and carries it (``.certified``).
+certify and carries it (``.certified``: the information limit, the estimate, or ``inf``).
 """
 
-from ..errors import AccuracyError
+import math
+from contextlib import contextmanager
+
+from ..errors import AccuracyError, RecoveryError
 from .long_info import information_limit
 from .tolerances import LongTolerances
 
-__all__ = ["refuse_out_of_reach", "check_accuracy"]
+__all__ = ["refuse_out_of_reach", "check_accuracy", "certifying"]
 
 
 def refuse_out_of_reach(d, H, *, L, relative, accuracy, tol=None):
@@ -51,8 +56,8 @@ def refuse_out_of_reach(d, H, *, L, relative, accuracy, tol=None):
     if limit > tol.refuse_factor * accuracy:
         raise AccuracyError(
             f"accuracy={accuracy:.1e} is out of reach of design=\"long\" at relative_error={relative:.1e} "
-            f"(heads={H}, d={d}, max_length={L}): the Cramer-Rao bound of its configurations, every choice in "
-            f"its favour, allows no better than {limit:.1e}, more than {tol.refuse_factor:g}x the accuracy "
+            f"(heads={H}, d={d}, max_length={L}): the Cramer-Rao bound of its configurations (an estimated floor, "
+            f"chapter 5b) allows no better than {limit:.1e}, more than {tol.refuse_factor:g}x the accuracy "
             "asked; the accuracy it could certify is at best that. No query was asked.",
             certified=limit, requested=accuracy)
     return limit
@@ -78,3 +83,26 @@ def check_accuracy(recovery, accuracy):
             f"error estimate), not {accuracy:.1e}; the recovery is attached as .recovery",
             certified=estimate, requested=accuracy, recovery=recovery)
     return recovery
+
+
+@contextmanager
+def certifying(accuracy):
+    """Within it, when ``accuracy`` is not None, a :class:`~attnlearn.errors.RecoveryError` other than
+    :class:`~attnlearn.errors.AccuracyError` becomes an ``AccuracyError`` certifying nothing
+    (``.certified = inf``), raised from it: the message names the failure, ``__cause__`` is it.
+
+    An oracle's fault (:class:`attnlearn.protocol.OracleProtocolError`, not a ``RecoveryError``)
+    and a bad argument pass through unchanged.
+
+    Used in: chapter 5b (through ``learn``).
+    """
+    try:
+        yield
+    except AccuracyError:
+        raise
+    except RecoveryError as exc:
+        if accuracy is None:
+            raise
+        raise AccuracyError(
+            f"accuracy={accuracy:.1e} is out of reach: the recovery failed, so the learner could certify no "
+            f"accuracy ({type(exc).__name__}: {exc})", certified=math.inf, requested=accuracy) from exc

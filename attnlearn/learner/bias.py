@@ -41,20 +41,14 @@ Used in: chapter 7 (biased layers: the derivation, the count, exact and float64 
 import numpy as np
 
 from .._arith import norm, solve, to_float, to_mp
+from ..canonical import matched_error
 from ..errors import IllConditionedError, NotIdentifiableError
 from ..layer import AttentionLayer
-from .asking import ask_constants, ask_design
-from .checks import check_fits, finish
-from .constants import VSolution, fit_calibrated, set_constants
-from .design import build_design, draw_directions, node_pairs
-from .fitting import ConfigState, collect_fits, fit_block_one, sample_errors
+from .constants import solve_V_biased  # noqa: F401 (re-exported: the constants stage of bias=True)
 from .labelling import label_crosses, label_links
-from .results import Diagnostics
-from .robust import redraw
-from .scale import find_scale
 from .solves import solve_blocks, solve_v
+from .stages import finish_design, fit_design
 from .tolerances import Tolerances
-from .verify import verify_fits
 
 #: Smallest denominator of a relative error (the Tolerances' ``tiny``; the same in every mode).
 _TINY = Tolerances.for_mode(exact=False).tiny
@@ -80,44 +74,6 @@ def bias_budget(d, n):
 
     Used in: chapter 7."""
     return 4 * n * d * d + 4 * n * d - 2 * n + 1, 2 * n + 1
-
-
-def solve_V_biased(design, fit1, idx1, *, H, eps_out):
-    r""":math:`V` from block 1's residues, :math:`\sum_h\gamma_h=-u_{1,j}^\top V` (:math:`j=1..d`).
-
-    The bound: the residues' sum is off by at most its sensitivity times the samples' and
-    :math:`c_1`'s error (:math:`2\varepsilon`), so :math:`|dV|_\infty\le|U_1^{-1}|_\infty\max_j
-    |d\sum_h\gamma_h|` to first order.
-
-    Parameters
-    ----------
-    design : Design
-        The biased design (:func:`.design.build_design` with ``bias=True``).
-    fit1 : RationalFit
-        Block 1's rational fits (:func:`.fitting.fit_block_one`): residues ``gamma``, their
-        sensitivities ``sens``.
-    idx1 : list of int
-        Block 1's configurations (rows of ``design.table``), in the order of ``fit1``.
-    H : int, keyword-only
-        The canonical head count.
-    eps_out : float, keyword-only
-        The samples' absolute error.
-
-    Returns
-    -------
-    VSolution
-        :math:`V` and its first-order bound.
-
-    Used in: chapter 7."""
-    table = design.table
-    base0 = [i for i in idx1 if table.kind[i] == "base"]
-    pos = {i: p for p, i in enumerate(idx1)}
-    U0 = -design.u[base0]
-    S = np.array([sum(fit1.gamma[pos[i]]) if H else 0 * U0[0, 0] for i in base0], dtype=U0.dtype)
-    V = solve(U0, S)
-    inv_norm = float(np.abs(np.linalg.inv(to_float(U0))).sum(axis=1).max())
-    dS = 2 * eps_out * float(np.max(np.asarray(fit1.sens)[:, 1, :].sum(axis=1))) if H else 0.0
-    return VSolution(V, inv_norm * dS)
 
 
 def affine_heads(design, blocks, crosses):
@@ -243,8 +199,6 @@ def bias_error(model, truth):
         Their token widths differ.
 
     Used in: chapter 7."""
-    from scipy.optimize import linear_sum_assignment
-
     for m in (model, truth):
         if not isinstance(m, AttentionLayer) or not m.scalar:
             raise TypeError(f"bias_error expects scalar AttentionLayer models, got {m!r}")
@@ -265,7 +219,7 @@ def bias_error(model, truth):
                    norm(c1[i] - c2[j]) / max(norm(c2[j]), nW))
 
     C = np.array([[cost(i, j) for j in range(truth.H)] for i in range(model.H)]).reshape(model.H, truth.H)
-    worst = float(C[linear_sum_assignment(C)].max()) if truth.H else 0.0
+    worst = matched_error(C)
     b1 = f(model.b if model.b is not None else [0.0])[0]
     b2 = f(truth.b if truth.b is not None else [0.0])[0]
     vmax = max([norm(v2[j]) for j in range(truth.H)], default=0.0)
@@ -298,55 +252,10 @@ def learn_biased(oracle, opt, tol):
         As :func:`attnlearn.learn` (a fit, a matching, a check or the held-out queries fail).
 
     Used in: chapter 7."""
-    rng = np.random.default_rng(opt.seed)
-    ask = oracle
-    start, d = oracle.queries, opt.d
-    nodes = node_pairs(opt.n, opt.nodes)
-    # ---- design: the shared query and the probe (block 1's constant is c_1 = V^T q_1 + beta)
-    dirs = draw_directions(rng, d, bias=True)
-    conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
-    q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
-    probe = find_scale(ask, q1, u11, nodes, n=opt.n, heads_given=opt.heads_given, spread=opt.spread, rng=rng, tol=tol,
-                       output_error=opt.output_error, method=opt.method, search=opt.scale == "search")
-    c1, F11, H = probe.c1, probe.F11, probe.H
-    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact, bias=True)
-    B = design.table.B
-    state = ConfigState.start(ask_design(ask, design, F11, nodes))
-    queries = {"design": oracle.queries - start - probe.queries, "constants": 0, "redraws": 0, "holdout": 0}
-    if probe.queries:
-        queries["scale"] = probe.queries
-    # ---- robust mode: the block constants asked (V^T q_k + beta), ill-conditioned configurations redrawn
-    cq, pre = None, None
-    if opt.robust:
-        cq = ask_constants(ask, c1, design.q)
-        queries["constants"] = B - 1
-        if H > 0:
-            eps_in = 2 * sample_errors(state.F, opt.output_error, tol).output
-            pre = redraw(design, state.F, cq, nodes, H=H, rng=rng, ask=ask, method=opt.method, eps_in=eps_in,
-                         rounds=opt.redraw_rounds, tol=tol)
-            queries["redraws"] = pre.queries
-    # ---- constants and fits: V from block 1's residues, the other constants c_1 + V^T (q_k - q_1)
-    errors = sample_errors(state.F, opt.output_error, tol)
-    idx1, rest = state.split_block_one(design.table, c1, errors.output)
-    fit_kw = dict(H=H, errors=errors, pre=None if pre is None else pre.fits, method=opt.method)
-    fit1 = fit_block_one(nodes, state.F, c1, idx1, design.labels, **fit_kw)
-    V = solve_V_biased(design, fit1, idx1, H=H, eps_out=errors.output)
-    if cq is None:
-        q0 = design.q[0]
-        cq = np.array([c1] + [c1 + (design.q[k] - q0).dot(V.V) for k in range(1, B)], dtype=state.F.dtype)
-    set_constants(state, design, cq, asked=opt.robust, Verr=V.err, eps_out=errors.output)
-    fit_rest, calib = fit_calibrated(nodes, state, design, rest, tol=tol, calibrate=not opt.robust and H > 0 and d > 1,
-                                     **fit_kw)
-    collect_fits(state, [(fit1, idx1), (fit_rest, rest)], H, errors.output)
-    check_fits(state, design.labels, opt.n, heads_given=opt.heads_given, output_error=opt.output_error,
-               eps_out=errors.output, tol=tol)
-    queries["holdout"] = verify_fits(ask, design, state, nodes, count=opt.holdout, eps_out=errors.output, tol=tol)
-    diag = Diagnostics(
-        labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
-        condition=state.sens.reshape(len(state.F), -1).max(axis=1) if H else np.zeros(len(state.F)),
-        scale={"probe_max_abs_ell": probe.max_abs_ell, "factor": design.f, "probe_scales": probe.scales}, V=V.V,
-        redrawn=pre.redrawn if pre is not None else [], redrawn_blocks=pre.blocks if pre is not None else [],
-        calibration=None if calib is None else calib.summary())
+    fitted = fit_design(oracle, opt, tol)  # opt.bias: d + 1 blocks, V from the residues
+    design, state, H, diag, errors, c1 = (fitted.design, fitted.state, fitted.H, fitted.diagnostics, fitted.errors,
+                                          fitted.c1)
+    d, pre = opt.d, fitted.pre
     # ---- labelling and solves: links label each block, the midpoint crosses label the blocks
     if H == 0:
         if opt.output_error is not None:  # as the paper's learner: absence of heads not certifiable
@@ -365,10 +274,5 @@ def learn_biased(oracle, opt, tol):
         W, c, err = affine_heads(design, blocks, crosses)
         v, err_v = solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol)
         model, estimate = biased_layer(W, c, v, err, err_v, c1, design.q[0], eps_out=errors.output, tol=tol)
-        for name, mt in (("link", links), ("cross", crosses.matching)):
-            if mt is not None:
-                setattr(diag, f"{name}_residual", mt.residual)
-                setattr(diag, f"{name}_margin", mt.margin)
-    return finish(oracle, model, queries, diag, max_length=nodes.max_length, eps_out=errors.output,
-                  stated=errors.stated, estimate=estimate, holdout=opt.holdout - queries["holdout"], rng=rng,
-                  f=design.f, tol=tol, verified=opt.holdout > 0)
+        diag.record_matchings(link=links, cross=crosses.matching)
+    return finish_design(oracle, fitted, model, estimate, opt=opt, tol=tol)

@@ -25,6 +25,7 @@ from .labelling import link_sets, scales
 __all__ = [
     "VSolution",
     "solve_V",
+    "solve_V_biased",
     "set_constants",
     "LinkLayout",
     "Calibration",
@@ -58,6 +59,44 @@ def solve_V(design, fit1, idx1, c1, *, H, eps_out):
     sens1 = np.asarray(fit1.sens)
     dF0 = eps_out + (np.max(sens1[:, 1, :].sum(axis=1)) * eps_out if H else 0.0)
     return VSolution(V, X0inv_norm * dF0)
+
+
+def solve_V_biased(design, fit1, idx1, *, H, eps_out):
+    r""":math:`V` from block 1's residues, :math:`\sum_h\gamma_h=-u_{1,j}^\top V` (:math:`j=1..d`).
+
+    The bound: the residues' sum is off by at most its sensitivity times the samples' and
+    :math:`c_1`'s error (:math:`2\varepsilon`), so :math:`|dV|_\infty\le|U_1^{-1}|_\infty\max_j
+    |d\sum_h\gamma_h|` to first order.
+
+    Parameters
+    ----------
+    design : Design
+        The biased design (:func:`.design.build_design` with ``bias=True``).
+    fit1 : RationalFit
+        Block 1's rational fits (:func:`.fitting.fit_block_one`): residues ``gamma``, their
+        sensitivities ``sens``.
+    idx1 : list of int
+        Block 1's configurations (rows of ``design.table``), in the order of ``fit1``.
+    H : int, keyword-only
+        The canonical head count.
+    eps_out : float, keyword-only
+        The samples' absolute error.
+
+    Returns
+    -------
+    VSolution
+        :math:`V` and its first-order bound.
+
+    Used in: chapter 7."""
+    table = design.table
+    base0 = [i for i in idx1 if table.kind[i] == "base"]
+    pos = {i: p for p, i in enumerate(idx1)}
+    U0 = -design.u[base0]
+    S = np.array([sum(fit1.gamma[pos[i]]) if H else 0 * U0[0, 0] for i in base0], dtype=U0.dtype)
+    V = solve(U0, S)
+    inv_norm = float(np.abs(np.linalg.inv(to_float(U0))).sum(axis=1).max())
+    dS = 2 * eps_out * float(np.max(np.asarray(fit1.sens)[:, 1, :].sum(axis=1))) if H else 0.0
+    return VSolution(V, inv_norm * dS)
 
 
 def set_constants(state, design, cq, *, asked, Verr, eps_out):

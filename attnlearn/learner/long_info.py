@@ -145,10 +145,13 @@ def spacing_sd(H, spacing, *, L, relative, R=None, tol=None):
 
 
 def information_limit(d, H, *, L, relative, tol=None, spacings=SPACINGS):
-    r"""A floor on the relative parameter error (root mean square, :func:`~attnlearn.param_error`'s
-    measure) that ``learn(..., design="long")`` can reach at relative output noise ``relative``:
-    the Cramér–Rao bound of its configurations, propagated with every choice made in the
-    learner's favour. Known before any query.
+    r"""An estimated floor on the relative parameter error (of one head's :math:`W_h` or
+    :math:`v_h`, as :func:`~attnlearn.param_error` measures each) that ``learn(...,
+    design="long")`` can reach at relative output noise ``relative``: the Cramér–Rao bound of its
+    configurations, propagated with the choices listed in the Notes made in the learner's
+    favour. A heuristic floor, not a theorem: the noise is taken at the size of one step (near a
+    zero of :math:`F` a relative noise is smaller), and the best spacings for positions and
+    heights are taken separately. Known before any query.
 
     Parameters
     ----------
@@ -189,7 +192,8 @@ def information_limit(d, H, *, L, relative, tol=None, spacings=SPACINGS):
     The floor is the larger of the two relative errors. The learner's ``error_estimate`` is
     three times its propagated root-mean-square error; on the committed rows of
     ``benchmarks/noise_design.py`` every returned error lies 35 times or more above this floor
-    and every estimate 94 times or more (chapter 5b compares them).
+    and every estimate 94 times or more (chapter 5b compares them): the evidence that a refusal
+    at 10 times the floor turns down only requests the learner could not meet.
 
     Used in: chapter 5b, and ``learn(..., design="long", accuracy=...)``
     (:func:`~.accuracy.refuse_out_of_reach`).

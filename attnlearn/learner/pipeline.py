@@ -17,24 +17,18 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from .._arith import to_mp, working_precision
+from .._arith import working_precision
 from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
-from .accuracy import check_accuracy, refuse_out_of_reach
-from .asking import ask_constants, ask_design
+from .accuracy import certifying, check_accuracy, refuse_out_of_reach
 from .bias import bias_budget, learn_biased
-from .checks import check_fits, finish, zero_function
-from .constants import fit_calibrated, set_constants, solve_V
-from .design import build_design, draw_directions, node_pairs
-from .fitting import ConfigState, collect_fits, fit_block_one, sample_errors
+from .checks import zero_function
 from .labelling import label_crosses, label_links
 from .lean import lean_budget, lean_holdout_count, learn_lean
-from .results import Diagnostics, query_budget
-from .robust import redraw
-from .scale import find_scale
+from .results import query_budget
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
+from .stages import finish_design, fit_design
 from .tolerances import LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances, Tolerances
-from .verify import verify_fits
 
 __all__ = ["learn", "Options", "check_count", "check_flag", "check_real", "check_seed", "check_oracle",
            "check_cost", "learn_cost"]
@@ -421,7 +415,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         With ``design="long"`` a request is also refused before any query when the design's
         information limit (:func:`~attnlearn.learner.long_info.information_limit`, from
         ``relative_error``; an absolute ``output_error`` has no known scale before the
-        queries) exceeds it ten times (:mod:`attnlearn.learner.accuracy`, chapter 5b).
+        queries) exceeds it ten times (:mod:`attnlearn.learner.accuracy`, chapter 5b). With
+        ``accuracy`` asked, a recovery that fails raises ``AccuracyError`` too, certifying
+        nothing (``.certified = inf``, the failure as its ``__cause__``).
         Default None: no requirement.
 
     Returns
@@ -444,7 +440,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :class:`PoleError`, :class:`InconsistentHeadCountError`,
         :class:`UnmatchedHeadsError`, :class:`IllConditionedError`,
         :class:`CheckFailedError`; :class:`AccuracyError` when ``accuracy`` is out of reach
-        (before any query or after the recovery).
+        (before any query, after the recovery, or instead of any of these failures).
 
     Notes
     -----
@@ -480,89 +476,33 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     if accuracy is not None and opt.design == "long":  # the information limit, before any query
         refuse_out_of_reach(opt.d, opt.n, L=opt.max_length, relative=opt.relative_error, accuracy=accuracy)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
-    if opt.design == "long":
-        from .long import learn_long
+    with certifying(accuracy):  # with an accuracy asked, a failed recovery certifies none
+        if opt.design == "long":
+            from .long import learn_long
 
-        return check_accuracy(learn_long(oracle, opt, tol), accuracy)
-    with working_precision(oracle):
-        pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
-        return check_accuracy(pipeline(oracle, opt, tol), accuracy)
+            return check_accuracy(learn_long(oracle, opt, tol), accuracy)
+        with working_precision(oracle):
+            pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
+            return check_accuracy(pipeline(oracle, opt, tol), accuracy)
 
 
 def _pipeline(oracle, opt, tol):
-    """The stages of :func:`learn`, in order."""
-    rng = np.random.default_rng(opt.seed)
-    ask = oracle  # the checked, counting Access
-    start, d = oracle.queries, opt.d
-    nodes = node_pairs(opt.n, opt.nodes)
-    # ---- design: the shared query and a probe configuration set the scale, then every configuration
-    dirs = draw_directions(rng, d)
-    conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
-    q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
-    probe = find_scale(ask, q1, u11, nodes, n=opt.n, heads_given=opt.heads_given, spread=opt.spread, rng=rng, tol=tol,
-                       output_error=opt.output_error, method=opt.method, search=opt.scale == "search")
-    c1, F11, H, probe_ell = probe.c1, probe.F11, probe.H, probe.max_abs_ell
-    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact)
-    state = ConfigState.start(ask_design(ask, design, F11, nodes))
-    queries = {"design": oracle.queries - start - probe.queries, "constants": 0, "redraws": 0, "holdout": 0}
-    if probe.queries:  # re-probes of the scale search (attnlearn.learner.scale), beyond the paper's count
-        queries["scale"] = probe.queries
-    # ---- robust mode: block constants asked, ill-conditioned configurations redrawn
-    cq, pre = None, None
-    if opt.robust and d > 1:
-        cq = ask_constants(ask, c1, design.q)
-        queries["constants"] = d - 1
-        if H > 0:
-            eps_in = 2 * sample_errors(state.F, opt.output_error, tol).output  # the sample's and the constant's
-            pre = redraw(design, state.F, cq, nodes, H=H, rng=rng, ask=ask, method=opt.method, eps_in=eps_in,
-                         rounds=opt.redraw_rounds, tol=tol)
-            queries["redraws"] = pre.queries
-    # ---- constants and fits: block 1 at c_1 gives V, hence every other constant
-    errors = sample_errors(state.F, opt.output_error, tol)
-    idx1, rest = state.split_block_one(design.table, c1, errors.output)
-    fit_kw = dict(H=H, errors=errors, pre=None if pre is None else pre.fits, method=opt.method)
-    fit1 = fit_block_one(nodes, state.F, c1, idx1, design.labels, **fit_kw)
-    V = solve_V(design, fit1, idx1, c1, H=H, eps_out=errors.output)
-    if cq is None:
-        cq = np.array([design.Q[:, k].dot(V.V) for k in range(d)], dtype=state.F.dtype)
-    set_constants(state, design, cq, asked=opt.robust, Verr=V.err, eps_out=errors.output)
-    fit_rest, calib = fit_calibrated(nodes, state, design, rest, tol=tol, calibrate=not opt.robust and H > 0 and d > 1,
-                                     **fit_kw) if len(rest) else (None, None)
-    collect_fits(state, [(fit1, idx1), (fit_rest, rest)], H, errors.output)
-    check_fits(state, design.labels, opt.n, heads_given=opt.heads_given, output_error=opt.output_error,
-               eps_out=errors.output, tol=tol)
-    # ---- verification, part 1: check queries that the fits must predict (counted as held out)
-    queries["holdout"] = verify_fits(ask, design, state, nodes, count=opt.holdout, eps_out=errors.output, tol=tol)
-    diag = _diagnostics(state, design, nodes, V=V, pre=pre, calib=calib, probe=probe)
-    # ---- labelling and solves: links label each block, crosses label the blocks
+    """The stages of :func:`learn`, in order: the design and its checked fits
+    (:func:`.stages.fit_design`), then the links label each block, the crosses label the blocks, the
+    solves give the heads, and :func:`.checks.finish` asks the held-out queries."""
+    fitted = fit_design(oracle, opt, tol)
+    design, state, H, diag, errors = fitted.design, fitted.state, fitted.H, fitted.diagnostics, fitted.errors
     if H == 0:
-        model, estimate = zero_function(d, output_error=opt.output_error, eps_out=errors.output, exact=tol.exact), 0.0
+        model, estimate = zero_function(opt.d, output_error=opt.output_error, eps_out=errors.output,
+                                        exact=tol.exact), 0.0
     else:
         eq, links = label_links(state, design.table, design.labels, tol=tol,
-                                pre_links=None if pre is None else pre.links)
+                                pre_links=None if fitted.pre is None else fitted.pre.links)
         blocks = solve_blocks(design, eq, tol=tol)
         crosses = label_crosses(state, design, blocks, tol=tol)
         heads = assemble_W(design, blocks, crosses)
-        v, err_v = (solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol) if d > 1
+        v, err_v = (solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol) if opt.d > 1
                     else (blocks.v1, blocks.err_v1))
         model, estimate = canonical_heads(heads, v, err_v, tol=tol)
-        for name, mt in (("link", links), ("cross", crosses.matching)):
-            if mt is not None:
-                setattr(diag, f"{name}_residual", mt.residual)
-                setattr(diag, f"{name}_margin", mt.margin)
-    return finish(oracle, model, queries, diag, max_length=nodes.max_length, eps_out=errors.output, stated=errors.stated,
-                  estimate=estimate, holdout=opt.holdout - queries["holdout"], rng=rng, f=design.f, tol=tol,
-                  verified=opt.holdout > 0)
-
-
-def _diagnostics(state, design, nodes, *, V, pre, calib, probe):
-    """The :class:`~.results.Diagnostics` known once every configuration is fitted (the matchings'
-    fields are filled in later, when there are heads to match)."""
-    H = state.H
-    return Diagnostics(
-        labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
-        condition=state.sens.reshape(len(state.F), -1).max(axis=1) if H else np.zeros(len(state.F)),
-        scale={"probe_max_abs_ell": probe.max_abs_ell, "factor": design.f, "probe_scales": probe.scales},
-        V=V.V,
-        redrawn=pre.redrawn if pre is not None else [], redrawn_blocks=pre.blocks if pre is not None else [],
-        calibration=None if calib is None else calib.summary())
+        diag.record_matchings(link=links, cross=crosses.matching)
+    return finish_design(oracle, fitted, model, estimate, opt=opt, tol=tol)

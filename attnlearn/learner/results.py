@@ -65,6 +65,16 @@ class Diagnostics:
     cross_residual: object = None
     cross_margin: object = None
 
+    def record_matchings(self, *, link, cross):
+        """Fill in the matchings' residuals and margins (``link``, ``cross``: a
+        :class:`attnlearn.matching.Matching` or None), once there are heads to match.
+
+        Used in: chapters 4 and 7 (through ``learn``)."""
+        for name, mt in (("link", link), ("cross", cross)):
+            if mt is not None:
+                setattr(self, f"{name}_residual", mt.residual)
+                setattr(self, f"{name}_margin", mt.margin)
+
     def __getitem__(self, key):
         if key not in self:
             raise KeyError(key)

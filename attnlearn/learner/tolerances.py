@@ -357,11 +357,11 @@ class LongTolerances:
         parameters*. 1/2 covers 99 % of configurations (the rare rest cost a group redraw).
     refuse_factor : float
         ``learn(..., accuracy=...)`` refuses before any query when the information limit
-        (:func:`~.long_info.information_limit`, a floor with every choice in the learner's
-        favour) exceeds the accuracy asked 10 times: on the committed rows of
+        (:func:`~.long_info.information_limit`, an estimated floor with choices in the
+        learner's favour) exceeds the accuracy asked 10 times: on the committed rows of
         ``benchmarks/noise_design.py`` the limit lies 35 times or more below every returned
-        error and 94 times or more below every estimate (chapter 5b), so a refused request
-        is one the learner could not meet.
+        error and 94 times or more below every estimate (chapter 5b), the evidence that a
+        refused request is one the learner could not meet.
     """
 
     ratios_base: int = 16

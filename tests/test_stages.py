@@ -1,0 +1,73 @@
+"""attnlearn.learner.stages: the paper design's first stages, shared by learn and learn(bias=True)."""
+
+import numpy as np
+import pytest
+
+from attnlearn import Oracle, query_budget
+from attnlearn.errors import PoleError
+from attnlearn.layer import AttentionLayer
+from attnlearn.learner.bias import bias_budget
+from attnlearn.learner.pipeline import _options
+from attnlearn.learner.stages import FittedDesign, fit_design
+from attnlearn.model import random_model
+from attnlearn.protocol import Access
+
+
+class ScalarLayer:
+    """A scalar AttentionLayer (biases included) as a float64 oracle."""
+
+    exact, dps = False, None
+
+    def __init__(self, layer):
+        self.layer, self.d = layer, layer.d
+
+    def batch(self, Xs):
+        return self.layer.batch(np.asarray(Xs, dtype=float))
+
+
+def fitted(oracle, d, **kw):
+    opt, tol = _options(oracle, d, heads=kw.pop("heads"), max_heads=None, holdout=None, nodes=None, spread=None,
+                        method="linearised", robust=kw.pop("robust", False), seed=kw.pop("seed", 0),
+                        output_error=None, redraw_rounds=4, max_queries=10**7, max_length=None, **kw)
+    access = Access(oracle, opt.d)
+    return fit_design(access, opt, tol), access
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fit_design_asks_the_design_and_fits_every_configuration(bias):
+    H, d = 2, 3
+    if bias:
+        m = random_model(H, d, seed=4)
+        g = np.random.default_rng(4)
+        oracle = ScalarLayer(AttentionLayer(m.W, m.v, c=0.3 * g.normal(size=(H, d)), b=np.asarray(0.5)))
+    else:
+        oracle = Oracle(random_model(H, d, seed=4))
+    out, access = fitted(oracle, d, heads=H, bias=bias)
+    assert isinstance(out, FittedDesign) and out.H == H
+    count = (bias_budget if bias else query_budget)(d, H)[0]
+    assert out.queries["design"] == count  # the design's count, checked queries apart
+    assert access.queries == count + out.queries["holdout"]
+    assert out.design.table.B == (d + 1 if bias else d)
+    assert len(out.state.F) == len(out.design.table)  # every configuration fitted ...
+    assert np.asarray(out.state.ell).shape == (len(out.design.table), H)  # ... with H poles
+    assert out.diagnostics.link_residual is None  # the matchings come later
+    assert np.allclose(out.V.V, random_model(H, d, seed=4).v.sum(axis=0), atol=1e-8)
+
+
+def test_robust_mode_asks_one_constant_per_other_block():
+    H, d = 2, 3
+    out, _ = fitted(Oracle(random_model(H, d, seed=5)), d, heads=H, robust=True)
+    assert out.queries["constants"] == d - 1 and out.pre is not None
+
+
+def test_a_fit_that_fails_raises_before_any_labelling():
+    """Two heads asked of a model whose probe sees complex poles: the stage raises, not a later one."""
+    class Complex:
+        exact, dps, d = False, None, 2
+
+        def batch(self, Xs):  # F(t) = 1/(1 + t^2)-like samples: no real positive poles
+            t = np.array([np.sum(np.all(X == X[-1], axis=1)) for X in Xs], dtype=float)
+            return 1.0 / (1.0 + (np.asarray([len(X) for X in Xs]) - t) ** 2)
+
+    with pytest.raises(PoleError, match=r"rho must be real and > 0|not real"):
+        fitted(Complex(), 2, heads=2)
