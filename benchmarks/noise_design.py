@@ -39,11 +39,12 @@ the coarse pass anchored from H = 3 (LongTolerances.anchored_heads), random for 
              about 4 min of CPU per model (330,000 queries of 4096 x 64)
     --row 2,16,6e-8,20 (anchored for every H, not kept): 14/20 ok, median 7.8e-6, 1 IllConditionedError,
              1 UnmatchedHeadsError, 0 beyond 10x (max e/est 4.1); random coarse pass: 20/20 (below)
-    --row 6,8,1e-16,10 and --row 6,8,1e-16,10 --first 10 --workers 1, joined with --merge
-    (benchmarks/results/noise_design_H6_d8_f64.json):
-    H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 5.3e-10 beyond 10x est 0 max e/est 1.38 queries/4Hd^2 9.0
-             44 s of CPU per model; before a float64 oracle's summation rounding on 4096-token
-             queries was in the noise model (noise_sd): 0/4, every fit 300x above 4 eps |F|
+    --row 6,8,1e-16,20 --workers 1 (benchmarks/results/noise_design_H6_d8_f64.json; _trim and
+    LongTolerances.rounding = 1/2):
+    H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 4.9e-10 beyond 10x est 0 max e/est 1.08 queries/4Hd^2 8.6
+             28 s of CPU per model; with rounding 1/8 (before): 20/20, median 5.3e-10, max e/est 1.38,
+             9.0 x 4Hd^2; before a float64 oracle's summation rounding on 4096-token queries was
+             in the noise model (noise_sd): 0/4, every fit 300x above 4 eps |F|
 
     --row 4,32,1e-16,6 --workers 1 (benchmarks/results/noise_design_H4_d32_f64.json; _trim and
     LongTolerances.rounding = 1/2):
