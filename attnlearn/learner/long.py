@@ -592,7 +592,7 @@ def _repair(ctx, F, sd, ends, fit):
 
 def _trim(ctx, F, sd, ends, fit):
     r"""Heights freed from the configurations that pull them: when a group's joint fit stays
-    above the noise (reduced :math:`\chi^2` over ``tol.chi2_factor``) after :func:`_repair`,
+    far above the noise (reduced :math:`\chi^2` over ``tol.trim_above``) after :func:`_repair`,
     the configurations whose :math:`\chi^2` exceeds ``tol.trim_factor`` times the group's
     median are set aside, the heights are fitted from the others, the set-aside ones are
     repaired under those heights (:func:`_repair`: every order of their positions) and the
@@ -614,7 +614,7 @@ def _trim(ctx, F, sd, ends, fit):
     Used in: chapter 5b (through ``learn(..., design="long")``)."""
     tol, R = ctx.tol, len(ctx.z)
     for _ in range(tol.trim_rounds):
-        if fit.reduced <= tol.chi2_factor:
+        if fit.reduced <= tol.trim_above:
             break
         suspect = ~(fit.chi2 <= tol.trim_factor * np.median(fit.chi2))
         keep = ~suspect

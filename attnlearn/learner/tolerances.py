@@ -333,6 +333,12 @@ class LongTolerances:
         every step ...
     nudge_max : float
         ... and by at most 1 nat (one head, or widely separated ones).
+    trim_above : float
+        :func:`~.long._trim` acts on a group whose reduced :math:`\chi^2` exceeds 1000 after
+        the repairs: measured, groups contaminated by a wrong local minimum sit at 8e4 to 1e14
+        (float64, :math:`H=4`, :math:`d=32`), while a float32 layer read through
+        ``ratio_noise(64)`` (chapter 7, a noise model only roughly right) leaves groups near
+        11, where setting configurations aside made the models worse (2.5e-3 against 2e-4).
     trim_factor : float
         A group's joint fit still above the noise after the repairs (:func:`~.long._trim`):
         its configurations with a :math:`\chi^2` over 10 times the group's median are set
@@ -391,6 +397,7 @@ class LongTolerances:
     stretch_clip: tuple = (1 / 8, 8)
     nudge: float = 0.15
     nudge_max: float = 1.0
+    trim_above: float = 1000.0
     trim_factor: float = 10.0
     trim_keep: float = 0.5
     trim_rounds: int = 3
