@@ -50,7 +50,9 @@ the coarse pass anchored from H = 3 (LongTolerances.anchored_heads), random for 
     (benchmarks/results/noise_design_H4_d32_f64.json; _trim and LongTolerances.rounding = 1/2):
     H=4 d=32 eps=1e-16 ok(1e-3) 10/10 ok(1e-6) 8/10 median 1.4e-09 beyond 10x est 0 max e/est 0.52 queries/4Hd^2 8.8
              157 s of CPU per model; seeds 4 and 7 at 7.3e-6 and 4.9e-5 (estimates 6.9e-5, 3.0e-4),
-             the other 8 <= 8.6e-9 (10 of 20 models: time). Before (2 models):
+             the other 8 <= 8.6e-9 (10 of 20 models: time). Measured with _trim acting from a group
+             reduced chi2 of 3; since gated at 1000 (LongTolerances.trim_above) seed 4 gives 4.1e-6
+             (estimate 3.9e-5, 139,360 queries): the other records not re-run. Before (2 models):
              1 returned at 5.2e-5 (one group's shared heights pulled 3e-5 off by three
              configurations in a wrong local minimum, reduced chi2 1e14), 1 IllConditionedError
              (stretched anchors fitted at 3 to 55 times their modelled chi2 at the true
