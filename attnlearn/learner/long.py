@@ -17,7 +17,8 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (``/work/shared/DE
    curve are then known: :math:`F(z\to\infty)=V^\top q`, :math:`F(z\to-\infty)=V^\top x`).
 2. :func:`probe_scale`: four configurations set :math:`|u|=|q|` so that the steps' root mean
    square position is ``LongTolerances.spread`` nats.
-3. Groups :math:`k=1..d` with a fixed :math:`u_k` and varying :math:`q`: :math:`\gamma_h` is
+3. Groups :math:`k=1..d`, each with a fixed :math:`u_k` (the rows of a random orthogonal matrix
+   times the scale: :func:`draw_groups`) and varying :math:`q`: :math:`\gamma_h` is
    the same in every configuration of a group (it labels the heads there) and :math:`c_h` is
    linear in :math:`q`, so :math:`y_{h,k}=W_h^\top u_k` comes from a weighted least-squares fit
    over the group (:func:`regress_y`).
@@ -856,22 +857,46 @@ def _passes(ctx, u, scale, rng):
             "used": int(used.sum()), "configs": len(Q)}
 
 
+def _orthonormal(rng, d):
+    """A random orthogonal matrix (Haar: the Q of a Gaussian matrix, column signs fixed by R)."""
+    Q, R = np.linalg.qr(rng.normal(size=(d, d)))
+    return Q * np.where(np.diag(R) < 0, -1.0, 1.0)
+
+
 def draw_groups(ctx, scale, *, rng):
-    r"""The :math:`d` groups, each with a random :math:`u_k` of norm ``scale``; a group whose fits
-    are degenerate (a head whose :math:`\gamma_h=-u_k^\top v_h` vanishes, two coinciding heads)
-    is drawn again with a new :math:`u_k`, at most ``tol.group_redraws`` times (its queries are
+    r"""The :math:`d` groups, their :math:`u_k` the rows of ``scale`` times a random orthogonal
+    matrix; a group whose fits are degenerate (a head whose :math:`\gamma_h=-u_k^\top v_h`
+    vanishes, two coinciding heads) is drawn again with a new :math:`u_k`, a random direction
+    orthogonal to the groups before it (for the last group, a random direction), at most ``tol.group_redraws`` times (its queries are
     reported as ``queries["redraws"]``). Returns ``(U, groups, redrawn, redraw_queries)``.
 
     Raises
     ------
     IllConditionedError
         A group still degenerate after its redraws.
+
+    Notes
+    -----
+    :func:`solve_heads` multiplies every group's errors by :math:`U^{-1}`, so the expected
+    squared error of :math:`W_h` is :math:`\sum_k\|U^{-1}e_k\|^2\operatorname{tr}
+    \operatorname{cov}y_{h,k}` (:func:`estimate_error`). With rows of norm :math:`s`,
+    :math:`\sum_k\|U^{-1}e_k\|^2=\sum_i\sigma_i(U)^{-2}\ge d/s^2`, equality exactly when
+    :math:`U` is :math:`s` times an orthogonal matrix. Independent random rows are far from it:
+    the Wishart matrix :math:`UU^\top` with as many samples as dimensions has an inverse of
+    infinite mean, and its square-root amplification over the orthogonal rows is heavy-tailed
+    (computed over 2000 draws at :math:`d=16`: median 7, 90th percentile 36, 99th 290; at
+    :math:`d=32`: 11, 50, 460).
     """
     U, groups, redrawn, spent = [], [], [], 0
+    O = _orthonormal(rng, ctx.d)
     for k in range(ctx.d):
         for attempt in range(ctx.tol.group_redraws + 1):
             before = ctx.ask.queries
-            u = _unit(rng, ctx.d) * scale
+            if attempt and k < ctx.d - 1:  # a new direction orthogonal to the groups before
+                O[k:] = _orthonormal(rng, ctx.d - k) @ O[k:]
+            elif attempt:  # the last group: no other orthogonal direction is left
+                O[k] = _unit(rng, ctx.d)
+            u = O[k] * scale
             try:
                 groups.append(_group(ctx, u, scale, rng))
                 U.append(u)
