@@ -210,3 +210,43 @@ def test_trim_frees_the_heights_of_a_contaminated_group():
     assert clean.reduced <= ctx.tol.chi2_factor
     assert np.max(np.abs(clean.g - g)) < 1e-8 and np.max(np.abs(clean.c - c)) < 1e-8
     assert LG._trim(ctx, F, sd, ends, clean) is clean
+
+
+@pytest.mark.parametrize("d, fail", [(5, {}), (5, {1: 1, 3: 2}), (1, {0: 1}), (4, {3: 1})])
+def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, fail):
+    """draw_groups: the u_k are scale times the rows of an orthogonal matrix (U^-1 amplifies the
+    groups' errors least); a redrawn group takes a new direction orthogonal to the groups before
+    it (the last group, with no orthogonal direction left, a random one). ``fail`` maps a group
+    to the number of its attempts that raise."""
+    from attnlearn.learner import long as LG
+
+    tol = LongTolerances()
+    ctx = LG._Ctx(ask=Oracle(random_model(1, d, seed=0)), d=d, H=1, L=L, b=None, z=None, absolute=0.0,
+                  relative=0.0, tol=tol, rng=None)
+    tried, accepted, attempts = [], [], {}
+
+    def group(ctx, u, scale, rng):
+        k = len(accepted)
+        attempts[k] = attempts.get(k, 0) + 1
+        tried.append(u.copy())
+        if attempts[k] <= fail.get(k, 0):
+            raise IllConditionedError("degenerate")
+        accepted.append(u.copy())
+        return {"k": k}
+
+    monkeypatch.setattr(LG, "_group", group)
+    U, groups, redrawn, _ = LG.draw_groups(ctx, 2.0, rng=np.random.default_rng(3))
+    assert [g["k"] for g in groups] == list(range(d))
+    assert redrawn == [f"group({k + 1})" for k in sorted(fail) for _ in range(fail[k])]
+    assert np.allclose(np.linalg.norm(U, axis=1), 2.0, rtol=1e-12)
+    last = d - 1 in fail and d > 1  # the last group redrawn: a random direction
+    inner = U[:-1] if last else U
+    assert np.allclose(inner @ inner.T, 4.0 * np.eye(len(inner)), atol=1e-12)
+    assert len(tried) == d + sum(fail.values())
+    if d > 1:  # every redraw a new direction (d = 1 has only one, up to its sign)
+        rejected = [u for u in tried if not any(np.array_equal(u, w) for w in U)]
+        assert len(rejected) == sum(fail.values())
+    if not last:
+        assert np.isclose(np.linalg.cond(U), 1.0)
+    else:
+        assert np.linalg.cond(U) < 1e3 and not np.allclose(U[-1] @ U[:-1].T, 0.0)
