@@ -20,51 +20,45 @@ Printed per row: ok to 1e-3 and to 1e-6, the median error, returns beyond 10x th
 queries per 4 H d^2 (budget 25), the longest query (budget 4096) and the median CPU time per model
 (time.process_time of the worker: one core).
 
-Measured (2026-12-03, this machine: 2 shared cores, AMD EPYC, under nice -n 15 and load ~5;
-the coarse pass anchored from H = 3 (LongTolerances.anchored_heads), random for H = 1, 2):
+Measured (2026-12-03, this machine: 2 shared cores, AMD EPYC, under nice -n 15; every row with
+``--workers 2`` on the same code: the coarse pass anchored from H = 3 (LongTolerances.anchored_heads),
+random for H = 1, 2; the groups' u_k the rows of a random orthogonal matrix (draw_groups); _trim;
+LongTolerances.rounding = 1/2):
 
-    --row 4,16,6e-8,10 and --row 4,16,6e-8,10 --first 10, joined with --merge
-    (benchmarks/results/noise_design_H4_d16.json):
-    H=4 d=16 ok(1e-3) 20/20 ok(1e-6)  0/20 median 2.0e-05  beyond 10x est 0  max e/est 0.53  queries/4Hd^2 10.0
-             36 s of CPU per model (median); the random coarse pass before: 0/6, all raised
-    (the d = 16 rows below were measured with LongTolerances.rounding = 1/8; with 1/2 seeds 0-2 of
-    --row 4,16,6e-8,3 give 6.8e-6, 1.5e-5, 7.4e-6 where the file has 2.7e-5, 5.4e-5, 1.9e-5, and of
-    --row 2,16,6e-8,3 3.13e-6, 9.51e-7 (the same) and 6.9e-6 without a redraw (file 1.6e-5, one
-    redraw); at eps = 6e-8 the rounding floor weighs only the answers near F = 0, where eps |F| vanishes)
+    --row 1,64,6e-8,5 (benchmarks/results/noise_design_H1_d64.json):
+    H=1 d=64 eps=6e-08 ok(1e-3) 5/5 ok(1e-6) 5/5 median 1.7e-07 beyond 10x est 0 max e/est 0.41
+             queries/4Hd^2 20.0 longest 4096 206.2 s/model raised: none
     --row 2,16,6e-8,20 (benchmarks/results/noise_design_H2_d16.json):
-    H=2 d=16 ok(1e-3) 20/20 ok(1e-6)  4/20 median 1.8e-06  beyond 10x est 0  max e/est 0.43  queries/4Hd^2 13.3
-             22 s of CPU per model (median)
-    --row 1,64,6e-8,3 and --row 1,64,6e-8,2 --first 3, joined (benchmarks/results/noise_design_H1_d64.json):
-    H=1 d=64 ok(1e-3)  5/5  ok(1e-6)  0/5  median 2.2e-06  beyond 10x est 0  max e/est 0.34  queries/4Hd^2 20.0
-             about 4 min of CPU per model (330,000 queries of 4096 x 64)
-    --row 2,16,6e-8,20 (anchored for every H, not kept): 14/20 ok, median 7.8e-6, 1 IllConditionedError,
-             1 UnmatchedHeadsError, 0 beyond 10x (max e/est 4.1); random coarse pass: 20/20 (below)
-    --row 6,8,1e-16,20 --workers 1 (benchmarks/results/noise_design_H6_d8_f64.json; _trim and
-    LongTolerances.rounding = 1/2):
-    H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 4.9e-10 beyond 10x est 0 max e/est 1.08 queries/4Hd^2 8.6
-             28 s of CPU per model; with rounding 1/8 (before): 20/20, median 5.3e-10, max e/est 1.38,
-             9.0 x 4Hd^2; before a float64 oracle's summation rounding on 4096-token queries was
-             in the noise model (noise_sd): 0/4, every fit 300x above 4 eps |F|
+    H=2 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 15/20 median 3.0e-07 beyond 10x est 0 max e/est 0.43
+             queries/4Hd^2 13.0 longest 4096 19.7 s/model raised: none
+    --row 4,16,6e-8,20 (benchmarks/results/noise_design_H4_d16.json):
+    H=4 d=16 eps=6e-08 ok(1e-3) 19/20 ok(1e-6) 4/20 median 3.7e-06 beyond 10x est 0 max e/est 0.56
+             queries/4Hd^2 9.6 longest 4096 46.2 s/model raised: IllConditionedError 1
+    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json): goal (10/20) NOT met
+    H=8 d=16 eps=6e-08 ok(1e-3) 0/20 ok(1e-6) 0/20 median - beyond 10x est 0 max e/est -
+             queries/4Hd^2 - longest None 15.2 s/model raised: IllConditionedError 20
+             (every one at the anchored coarse pass, 19 in group 1 and 1 in group 3, after 2 redraws:
+             the stretched anchor does not show its steps where the stretch puts them); the
+             Cramer-Rao floor allows 4e-7 (chapter 5b)
+    --row 4,32,1e-16,20 (benchmarks/results/noise_design_H4_d32_f64.json):
+    H=4 d=32 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 19/20 median 5.8e-11 beyond 10x est 0 max e/est 1.44
+             queries/4Hd^2 8.8 longest 4096 161.6 s/model raised: none
+    --row 6,8,1e-16,20 (benchmarks/results/noise_design_H6_d8_f64.json):
+    H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 1.1e-10 beyond 10x est 0 max e/est 0.81
+             queries/4Hd^2 8.9 longest 4096 32.1 s/model raised: none
 
-    --row 4,32,1e-16,6 and --row 4,32,1e-16,4 --first 6 --workers 1, joined with --merge
-    (benchmarks/results/noise_design_H4_d32_f64.json; _trim and LongTolerances.rounding = 1/2):
-    H=4 d=32 eps=1e-16 ok(1e-3) 10/10 ok(1e-6) 8/10 median 1.4e-09 beyond 10x est 0 max e/est 0.52 queries/4Hd^2 8.8
-             157 s of CPU per model; seeds 4 and 7 at 7.3e-6 and 4.9e-5 (estimates 6.9e-5, 3.0e-4),
-             the other 8 <= 8.6e-9 (10 of 20 models: time). Measured with _trim acting from a group
-             reduced chi2 of 3; since gated at 1000 (LongTolerances.trim_above) seed 4 gives 4.1e-6
-             (estimate 3.9e-5, 139,360 queries): the other records not re-run. Before (2 models):
-             1 returned at 5.2e-5 (one group's shared heights pulled 3e-5 off by three
-             configurations in a wrong local minimum, reduced chi2 1e14), 1 IllConditionedError
-             (stretched anchors fitted at 3 to 55 times their modelled chi2 at the true
-             parameters: the float64 rounding modelled at 1/8 of L eps max|F|, about the median)
-    --row 8,16,6e-8,20 --workers 1 (benchmarks/results/noise_design_H8_d16.json): goal (10/20) NOT met
-    H=8 d=16 ok(1e-3) 0/20: every model IllConditionedError at the anchored coarse pass (the stretched
-             anchor does not show its steps where the stretch puts them, group 1 or 2, after 2
-             redraws), 15 s of CPU per model; the Cramer-Rao floor allows 4e-7 (chapter 5b)
-
-Earlier (random coarse pass for every H, before the verification merge):
+The same rows before the orthogonal directions (independent random u_k; the files of commit
+2309a43, then measured with rounding 1/8 and without _trim, which move them less): H = 1, d = 64
+5/5, median 2.2e-6; H = 2, d = 16 20/20, median 1.8e-6; H = 4, d = 16 20/20, median 2.0e-5;
+H = 6, d = 8 float64 20/20, median 5.3e-10. The random U amplified every group's error by
+||U^-1||_F s / sqrt(d), median 7.1 and 90th percentile 34 at d = 16 (chapter 5b). Before _trim and
+rounding 1/2, H = 4, d = 32 float64: 2 models, 1 returned at 5.2e-5 (one group's shared heights
+pulled 3e-5 off by three configurations in a wrong local minimum, reduced chi2 1e14), 1
+IllConditionedError (stretched anchors fitted at 3 to 55 times their modelled chi2 at the true
+parameters: the float64 rounding modelled at 1/8 of L eps max|F|, about the median).
+Earlier still (random coarse pass for every H, before the verification merge):
     --rows small: H=1 d=4 20/20, H=2 d=4 19/20, H=4 d=4 7/20 (13 raised), 0 beyond 10x in every row
-    --row 1,16,6e-8,5: 5/5 ok, median 9.9e-7, 20.1 x 4Hd^2
+    --row 2,16,6e-8,20 with the anchored coarse pass (not kept): 14/20 ok, random: 20/20
 """
 
 import os

@@ -38,12 +38,14 @@ Measured (2026-12-03, this machine, ``--dtype float32 --heads H --modes "long, L
 benchmarks/results/torch_float32_long_hH.json``, one row per run; the long design's groups on
 orthogonal directions, ``attnlearn.learner.long.draw_groups``): H = 1 20/20 to 1e-3 (median
 1.1e-5, 18552 queries per layer, 2 s each), H = 2 19/20 (median 4.1e-5, 23654), 0 raised, 0 silent
-(before, with independent random directions: 18/20, median 8.6e-5, and 18/20, median 4.2e-4); the
+(with independent random directions, the code otherwise the same: 17/20, median 8.8e-5, and
+17/20, median 2.9e-4); the
 paper's design in robust mode (``torch_float32.json``): H = 1 1/20, H = 2 0/20; ``--dtype float32
---heads 4 --modes "long, L=64"``: 5/20 (14 raised, 12 at the anchored coarse pass; before: 1/20).
+--heads 4 --modes "long, L=64"``: 5/20 (14 raised, 12 at the anchored coarse pass; at commit 2309a43, before the
+orthogonal directions, _trim and rounding 1/2: 1/20).
 Float64, ``--heads 4 --modes "long, L=4096" --json benchmarks/results/torch_float64_long_h4.json``:
 20/20 to 1e-4 (median 5.9e-11, 36944 queries per layer, 0 raised, 0 silent, about 80 s per layer;
-before: 18/20, median 2.2e-10), against robust+search's 14/20 (``torch_float64_h4.json``).
+at 2309a43: 18/20, median 2.2e-10), against robust+search's 14/20 (``torch_float64_h4.json``).
 """
 
 import argparse

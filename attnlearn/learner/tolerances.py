@@ -365,9 +365,10 @@ class LongTolerances:
         ``learn(..., accuracy=...)`` refuses before any query when the information limit
         (:func:`~.long_info.information_limit`, an estimated floor with choices in the
         learner's favour) exceeds the accuracy asked 10 times: on the committed rows of
-        ``benchmarks/noise_design.py`` the limit lies 35 times or more below every returned
-        error and 94 times or more below every estimate (chapter 5b), the evidence that a
-        refused request is one the learner could not meet.
+        ``benchmarks/noise_design.py`` the limit lies 6 times or more below every returned
+        error and 19 times or more below every estimate (chapter 5b), so a refused request
+        lies 60 times or more below every error the learner has reached there and 190 times
+        below everything it has certified.
     """
 
     ratios_base: int = 16
