@@ -23,7 +23,11 @@ script entries are dropped per page.  (thebe itself is never loaded: launch_butt
 console error on a first visit unless ``html_context["default_mode"]`` is set; it is set
 to ``auto`` (what the theme falls back to anyway) unless _config.yml sets it.
 
-tests/test_book_browser.py checks all three in headless Chromium.
+4. **A favicon at the root.**  Jupyter Book's root ``index.html`` is a bare redirect with no
+icon link; a browser may ask for ``/favicon.ico`` before it follows it, a 404 in the console.
+:func:`root_favicon` writes ``favicon.ico`` (the book's icon) to the site's root.
+
+tests/test_book_browser.py checks all four in headless Chromium.
 """
 
 from __future__ import annotations
@@ -87,6 +91,24 @@ def copy_mathjax(app: Sphinx, exc: Exception | None) -> None:
             shutil.copy2(s, d)
 
 
+def root_favicon(app: Sphinx, exc: Exception | None) -> None:
+    """``favicon.ico`` at the site's root: Jupyter Book's root ``index.html`` is a bare redirect
+    with no icon link, and a browser that asks for ``/favicon.ico`` before it follows the
+    redirect logs a 404 (a console error, sometimes: it races the redirect). The icon is
+    ``book/_static/favicon.svg`` drawn again with Pillow (a dependency of matplotlib): the
+    same rounded square and three bars, 32 x 32."""
+    if exc is not None or app.builder.format != "html":
+        return
+    from PIL import Image, ImageDraw  # only at build time
+
+    img = Image.new("RGBA", (32, 32), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(img)
+    draw.rounded_rectangle((0, 0, 31, 31), radius=6, fill="#1f4e79")
+    for x, y in ((6, 18), (13.5, 11), (21, 6)):  # the svg's bars: width 5, down to y = 26
+        draw.rectangle((round(x), y, round(x) + 4, 25), fill="#ffffff")
+    img.save(Path(app.outdir) / "favicon.ico", sizes=[(32, 32)])
+
+
 def dedupe_scripts(app: Sphinx, pagename, templatename, context, doctree) -> None:
     scripts = context.get("script_files")
     if not scripts:
@@ -116,6 +138,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("config-inited", default_colour_mode)
     app.connect("html-page-context", dedupe_scripts)
     app.connect("build-finished", copy_mathjax)
+    app.connect("build-finished", root_favicon)
     # Fail early, at set-up, if the files are missing.
     mathjax_source()
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -28,6 +28,7 @@ import base64
 import functools
 import html.parser
 import http.server
+import io
 import json
 import os
 import re
@@ -298,6 +299,21 @@ def test_every_toc_page_is_built_and_nothing_else(built_html):
         if not p.relative_to(built_html).parts[0].startswith("_")
     }
     assert built == set(PAGES), "built HTML pages differ from _toc.yml (+ index/search/genindex)"
+
+
+def test_root_serves_the_favicon(built_html, server):
+    """The root redirect page has no icon link, so a browser asks for /favicon.ico: it is
+    served (an ICO of the book's icon, written by _ext/book_html.py), not a 404."""
+    import urllib.request
+
+    from PIL import Image
+
+    assert "Refresh" in (built_html / "index.html").read_text()  # the bare redirect
+    with urllib.request.urlopen(f"{server}/favicon.ico") as resp:
+        assert resp.status == 200
+        icon = Image.open(io.BytesIO(resp.read()))
+    assert icon.format == "ICO" and icon.size == (32, 32)
+    assert icon.convert("RGB").getpixel((16, 2)) == (0x1F, 0x4E, 0x79)  # the square's blue
 
 
 @pytest.mark.parametrize("page", PAGES)
