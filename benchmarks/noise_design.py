@@ -47,11 +47,13 @@ LongTolerances.rounding = 1/2):
     H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 1.1e-10 beyond 10x est 0 max e/est 0.81
              queries/4Hd^2 8.9 longest 4096 32.1 s/model raised: none
 
-The same rows before the orthogonal directions (independent random u_k; the files of commit
-2309a43, then measured with rounding 1/8 and without _trim, which move them less): H = 1, d = 64
-5/5, median 2.2e-6; H = 2, d = 16 20/20, median 1.8e-6; H = 4, d = 16 20/20, median 2.0e-5;
-H = 6, d = 8 float64 20/20, median 5.3e-10. The random U amplified every group's error by
-||U^-1||_F s / sqrt(d), median 7.1 and 90th percentile 34 at d = 16 (chapter 5b). Before _trim and
+The same rows before this code (commit 2309a43: independent random u_k, rounding 1/8, no
+_trim; three changes at once, the controlled comparison of the directions alone is in
+torch_layers.py): H = 1, d = 64 5/5, median 2.2e-6; H = 2, d = 16 20/20, median 1.8e-6;
+H = 4, d = 16 20/20, median 2.0e-5 (now 19/20: one model's group 13 anchor fails after two
+redraws); H = 6, d = 8 float64 20/20, median 5.3e-10. Independent rows raise the design's
+aggregate error factor ||U^-1||_F s / sqrt(d) to a median of 7.1 and a 90th percentile of 34 at
+d = 16 (chapter 5b). Before _trim and
 rounding 1/2, H = 4, d = 32 float64: 2 models, 1 returned at 5.2e-5 (one group's shared heights
 pulled 3e-5 off by three configurations in a wrong local minimum, reduced chi2 1e14), 1
 IllConditionedError (stretched anchors fitted at 3 to 55 times their modelled chi2 at the true

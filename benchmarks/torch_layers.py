@@ -39,7 +39,7 @@ benchmarks/results/torch_float32_long_hH.json``, one row per run; the long desig
 orthogonal directions, ``attnlearn.learner.long.draw_groups``): H = 1 20/20 to 1e-3 (median
 1.1e-5, 18552 queries per layer, 2 s each), H = 2 19/20 (median 4.1e-5, 23654), 0 raised, 0 silent
 (with independent random directions, the code otherwise the same: 17/20, median 8.8e-5, and
-17/20, median 2.9e-4); the
+17/20, median 2.9e-4; runs not archived); the
 paper's design in robust mode (``torch_float32.json``): H = 1 1/20, H = 2 0/20; ``--dtype float32
 --heads 4 --modes "long, L=64"``: 5/20 (14 raised, 12 at the anchored coarse pass; at commit 2309a43, before the
 orthogonal directions, _trim and rounding 1/2: 1/20).

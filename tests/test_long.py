@@ -133,8 +133,9 @@ def _group_context(H, d, s, eps):
 
 def test_float64_rounding_floor_matches_the_oracle():
     """A float64 oracle's answers to 4096-token ratio queries miss the exact curve within the
-    modelled rounding, an envelope of 99 % of configurations (chi2 per ratio between 1/200 and
-    1; the median configuration's error is about 1/6 of it); 4 eps |F| alone is 100x too small."""
+    modelled rounding (half the sequential-summation bound, between the 90th and 99th percentile
+    of configurations; on these three seeded ones chi2 per ratio between 1/200 and 1, the median
+    configuration's error being about 1/6 of it); 4 eps |F| alone is 100x too small."""
     from scipy.special import expit
 
     LG, ctx, model = _group_context(6, 8, 0, 0.0)
@@ -250,3 +251,27 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
         assert np.isclose(np.linalg.cond(U), 1.0)
     else:
         assert np.linalg.cond(U) < 1e3 and not np.allclose(U[-1] @ U[:-1].T, 0.0)
+
+
+def test_groups_redraws_exhausted_raise(monkeypatch):
+    """A group that stays degenerate after ``group_redraws`` new directions raises, naming it."""
+    from attnlearn.learner import long as LG
+
+    tol = LongTolerances()
+    ctx = LG._Ctx(ask=Oracle(random_model(1, 3, seed=0)), d=3, H=1, L=L, b=None, z=None, absolute=0.0,
+                  relative=0.0, tol=tol, rng=None)
+    tried = []
+
+    def group(ctx, u, scale, rng):
+        tried.append(u.copy())
+        if len(tried) > 1:  # group 1 passes, group 2 never does
+            raise IllConditionedError("degenerate")
+        return {}
+
+    monkeypatch.setattr(LG, "_group", group)
+    with pytest.raises(IllConditionedError, match=f"group 2, after {tol.group_redraws} redraws: degenerate"):
+        LG.draw_groups(ctx, 1.0, rng=np.random.default_rng(0))
+    assert len(tried) == 1 + tol.group_redraws + 1
+    # every attempt at group 2 a new direction orthogonal to group 1
+    assert np.allclose(np.array(tried[1:]) @ tried[0], 0.0, atol=1e-12)
+    assert len({tuple(np.round(u, 12)) for u in tried}) == len(tried)

@@ -198,7 +198,7 @@ def test_ratio_noise_measures_the_float32_arithmetic_of_long_queries():
 
 def test_float32_layer_learned_with_short_ratio_queries():
     """A float32 layer through design="long" at max_length=64 with the measured noise: recovered
-    to 1e-3 (benchmarks/torch_layers.py: 18 of 20 such layers), never beyond 10x its estimate."""
+    to 1e-3 (benchmarks/torch_layers.py: 20 of 20 such layers at d = 16), never beyond 10x its estimate."""
     d = 8
     m32 = layer(d, 1, dtype=torch.float32, seed=3)
     r = np.random.default_rng(3).normal(size=d)

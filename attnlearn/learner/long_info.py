@@ -187,13 +187,14 @@ def information_limit(d, H, *, L, relative, tol=None, spacings=SPACINGS):
       2 nats);
     * the heights are shared by the group: :math:`|\Delta\gamma_h|/|\gamma_h|=\sigma_\gamma/\sqrt m`;
     * :math:`W_h=U^{-1}Y_h` and :math:`v_h=-U^{-1}\Gamma_h` carry these relative errors over
-      unamplified (an orthogonal :math:`U`; a random one amplifies them by its conditioning).
+      unamplified (:math:`U` orthogonal, as :func:`~.long.draw_groups` takes it; rows drawn
+      independently would amplify them by :math:`\|U^{-1}\|_Fs/\sqrt d`, chapter 5b).
 
     The floor is the larger of the two relative errors. The learner's ``error_estimate`` is
     three times its propagated root-mean-square error; on the committed rows of
-    ``benchmarks/noise_design.py`` every returned error lies 35 times or more above this floor
-    and every estimate 94 times or more (chapter 5b compares them): the evidence that a refusal
-    at 10 times the floor turns down only requests the learner could not meet.
+    ``benchmarks/noise_design.py`` every returned error lies 6 times or more above this floor
+    and every estimate 19 times or more (chapter 5b compares them): the evidence that a refusal
+    at 10 times below the floor turns down only requests the learner could not meet.
 
     Used in: chapter 5b, and ``learn(..., design="long", accuracy=...)``
     (:func:`~.accuracy.refuse_out_of_reach`).

@@ -343,7 +343,7 @@ class LongTolerances:
         A group's joint fit still above the noise after the repairs (:func:`~.long._trim`):
         its configurations with a :math:`\chi^2` over 10 times the group's median are set
         aside while the heights are refitted (a configuration within the noise has
-        :math:`\chi^2` near its 30 to 50 degrees of freedom, and 10 times that is beyond any
+        :math:`\chi^2` near its 20 to 50 degrees of freedom, and 10 times that is beyond any
         noise; measured: the culprits of a contaminated group lie 100 to 10^4 times above the
         median) ...
     trim_keep : float
@@ -360,7 +360,8 @@ class LongTolerances:
         :math:`H=6,d=8`; :math:`H=2,4,d=16`; :math:`H=4,d=32`. The earlier 1/8 was about the
         median: at :math:`H=4`, :math:`d=32` a fifth of the groups were drawn again because a
         stretched anchor fitted at 3 to 55 times its modelled :math:`\chi^2` *at the true
-        parameters*. 1/2 covers 99 % of configurations (the rare rest cost a group redraw).
+        parameters*. 1/2 lies between the 90th and the 99th percentile: it covers all but a few
+        per cent of configurations (the rare rest cost a repair or a group redraw).
     refuse_factor : float
         ``learn(..., accuracy=...)`` refuses before any query when the information limit
         (:func:`~.long_info.information_limit`, an estimated floor with choices in the
