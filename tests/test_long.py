@@ -213,17 +213,22 @@ def test_trim_frees_the_heights_of_a_contaminated_group():
     assert LG._trim(ctx, F, sd, ends, clean) is clean
 
 
+def _bare_context(d):
+    """A long-design context for :func:`draw_groups` alone (``_group`` patched: nothing asked)."""
+    from attnlearn.learner import long as LG
+
+    ctx = LG._Ctx(ask=Oracle(random_model(1, d, seed=0)), d=d, H=1, L=L, b=None, z=None, absolute=0.0,
+                  relative=0.0, tol=LongTolerances(), rng=None)
+    return LG, ctx
+
+
 @pytest.mark.parametrize("d, fail", [(5, {}), (5, {1: 1, 3: 2}), (1, {0: 1}), (4, {3: 1})])
 def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, fail):
     """draw_groups: the u_k are scale times the rows of an orthogonal matrix (U^-1 amplifies the
     groups' errors least); a redrawn group takes a new direction orthogonal to the groups before
     it (the last group, with no orthogonal direction left, a random one). ``fail`` maps a group
     to the number of its attempts that raise."""
-    from attnlearn.learner import long as LG
-
-    tol = LongTolerances()
-    ctx = LG._Ctx(ask=Oracle(random_model(1, d, seed=0)), d=d, H=1, L=L, b=None, z=None, absolute=0.0,
-                  relative=0.0, tol=tol, rng=None)
+    LG, ctx = _bare_context(d)
     tried, accepted, attempts = [], [], {}
 
     def group(ctx, u, scale, rng):
@@ -255,11 +260,8 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
 
 def test_groups_redraws_exhausted_raise(monkeypatch):
     """A group that stays degenerate after ``group_redraws`` new directions raises, naming it."""
-    from attnlearn.learner import long as LG
-
-    tol = LongTolerances()
-    ctx = LG._Ctx(ask=Oracle(random_model(1, 3, seed=0)), d=3, H=1, L=L, b=None, z=None, absolute=0.0,
-                  relative=0.0, tol=tol, rng=None)
+    LG, ctx = _bare_context(3)
+    tol = ctx.tol
     tried = []
 
     def group(ctx, u, scale, rng):

@@ -467,11 +467,7 @@ def coarse_pass(ctx, u, scale, *, rng):
     ok = np.array([sg[3] <= chi2_ok for sg in singles])
     c0 = np.array([sg[1][p] for sg, p in zip(singles, perms)])
     C0 = np.array([sg[0] for sg in singles])
-    sub = _fit_group_checked(ctx, F[ok], sd[ok], tuple(e[ok] for e in ends), single0[2], C0[ok], c0[ok])
-    fit = GroupFit(g=sub.g, C=C0, c=c0, g_sd=sub.g_sd, c_sd=np.zeros_like(c0), chi2=np.where(ok, 0.0, np.inf),
-                   reduced=sub.reduced)
-    fit.C[ok], fit.c[ok] = sub.C, sub.c
-    fit = _repair(ctx, F, sd, ends, fit)
+    fit = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, ok, single0[2], C0, c0))
     return Q, F, sd, ends, fit
 
 
@@ -555,11 +551,7 @@ def random_pass(ctx, u, scale, *, rng):
     c0 = np.array([s[1][p] for s, p in zip(singles, perms)])
     C0 = np.array([s[0] for s in singles])
     # the heights from the configurations fitted within the noise, then the others placed under them
-    sub = _fit_group_checked(ctx, F[ok], sd[ok], tuple(e[ok] for e in ends), ref, C0[ok], c0[ok])
-    fit = GroupFit(g=sub.g, C=C0, c=c0, g_sd=sub.g_sd, c_sd=np.zeros_like(c0), chi2=np.where(ok, 0.0, np.inf),
-                   reduced=sub.reduced)
-    fit.C[ok], fit.c[ok] = sub.C, sub.c
-    fit = _repair(ctx, F, sd, ends, fit)
+    fit = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, ok, ref, C0, c0))
     return Q, F, sd, ends, fit
 
 
@@ -622,15 +614,22 @@ def _trim(ctx, F, sd, ends, fit):
         keep = ~suspect
         if not suspect.any() or keep.sum() < tol.trim_keep * len(keep):
             break
-        sub = _fit_group_checked(ctx, F[keep], sd[keep], tuple(e[keep] for e in ends), fit.g, fit.C[keep],
-                                 fit.c[keep])
-        start = GroupFit(g=sub.g, C=fit.C.copy(), c=fit.c.copy(), g_sd=sub.g_sd, c_sd=np.zeros_like(fit.c),
-                         chi2=np.where(keep, 0.0, np.inf), reduced=sub.reduced)
-        start.C[keep], start.c[keep] = sub.C, sub.c
-        trial = _repair(ctx, F, sd, ends, start)
+        trial = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, keep, fit.g, fit.C, fit.c))
         if not np.sum(trial.chi2) < np.sum(fit.chi2):
             break
         fit = trial
+    return fit
+
+
+def _fit_kept(ctx, F, sd, ends, keep, g, C, c):
+    r"""The group's joint fit on the configurations ``keep`` only (heights started at ``g``),
+    returned for the whole group: the others keep their positions ``C``, ``c`` and a
+    :math:`\chi^2` of infinity, so that :func:`_repair` places them under the fitted heights.
+    Used by both first passes and by :func:`_trim`."""
+    sub = _fit_group_checked(ctx, F[keep], sd[keep], tuple(e[keep] for e in ends), g, C[keep], c[keep])
+    fit = GroupFit(g=sub.g, C=C.copy(), c=c.copy(), g_sd=sub.g_sd, c_sd=np.zeros_like(c),
+                   chi2=np.where(keep, 0.0, np.inf), reduced=sub.reduced)
+    fit.C[keep], fit.c[keep] = sub.C, sub.c
     return fit
 
 
@@ -852,7 +851,8 @@ def _passes(ctx, u, scale, rng):
     ends = tuple(np.concatenate([a, b]) for a, b in zip(e1, e2))
     C0 = np.concatenate([fit1.C, e2[0]])
     c0 = np.vstack([fit1.c, pred])
-    fit = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)))
+    fit = _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)
+    fit = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, fit))
     Y, covY, used = regress_y(Q, fit, tol=tol)
     return {"g": fit.g, "g_sd": fit.g_sd, "Y": Y, "covY": covY, "reduced": fit.reduced,
             "used": int(used.sum()), "configs": len(Q)}
@@ -868,8 +868,8 @@ def draw_groups(ctx, scale, *, rng):
     r"""The :math:`d` groups, their :math:`u_k` the rows of ``scale`` times a random orthogonal
     matrix; a group whose fits are degenerate (a head whose :math:`\gamma_h=-u_k^\top v_h`
     vanishes, two coinciding heads) is drawn again with a new :math:`u_k`, a random direction
-    orthogonal to the groups before it (for the last group, a random direction), at most ``tol.group_redraws`` times (its queries are
-    reported as ``queries["redraws"]``). Returns ``(U, groups, redrawn, redraw_queries)``.
+    orthogonal to the groups before it (for the last group, a random direction), at most
+    ``tol.group_redraws`` times (its queries are reported as ``queries["redraws"]``). Returns ``(U, groups, redrawn, redraw_queries)``.
 
     Raises
     ------
