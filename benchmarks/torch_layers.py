@@ -70,6 +70,7 @@ def target(H, dtype):
 MODES = {"default": {}, "search": {"scale": "search"}, "robust": {"robust": True},
          "robust+search": {"robust": True, "scale": "search"},
          "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16},
+         "robust, max_length=4096": {"robust": True, "max_length": 4096},
          "long, L=64": {"design": "long", "max_length": 64},
          "long, L=4096": {"design": "long", "max_length": 4096}}
 
@@ -104,7 +105,7 @@ def run(d, H, i, *, mode, dtype, bias="none"):
     scale = rec.diagnostics.scale or {}
     return {"error": err, "estimate": rec.error_estimate, "queries": rec.queries["total"],
             "factor": scale.get("factor"), "scales": scale.get("probe_scales", []),
-            "longest": rec.max_length}
+            "longest": rec.max_length, "fallback": rec.diagnostics.fallback}
 
 
 def record(d, H, i, r, *, mode, dtype, bias):
@@ -114,7 +115,7 @@ def record(d, H, i, r, *, mode, dtype, bias):
     if "error" in r:
         out.update(outcome="returned", error=float(r["error"]), estimate=float(r["estimate"]),
                    silent=bool(r["error"] > 10 * r["estimate"]), probe_scales=[float(x) for x in r["scales"]],
-                   longest=int(r["longest"]))
+                   longest=int(r["longest"]), fallback=r["fallback"])
     else:
         out.update(outcome=r["raised"], message=r["message"], error=None, estimate=None, silent=False)
     return out

@@ -68,6 +68,7 @@ from scipy.special import expit
 
 from ..canonical import canonical
 from ..errors import CheckFailedError, IllConditionedError, UnmatchedHeadsError
+from ..layer import AttentionLayer
 from ..model import MultiHeadAttention
 from .checks import finish
 from .results import Diagnostics
@@ -93,13 +94,15 @@ def ratio_grid(L, R):
     return b, np.log(b / (L - b))
 
 
-def long_cost(d, H, L, *, tol):
+def long_cost(d, H, L, *, tol, bias=False):
     """The queries of the long design (by kind) and its longest query, known before any is asked:
-    ``V`` (:math:`d`), the probe, the two passes (:math:`2d` configurations per group each), the
-    links (three per group after the first, none with one head); every configuration costs one query per ratio."""
+    ``V`` (:math:`d`; :math:`d+1` with ``bias``), the probe, the anchors (with ``bias`` one more
+    configuration per group, its origin), the two passes (:math:`2d` configurations per group
+    each), the links (three per group after the first, none with one head); every configuration
+    costs one query per ratio."""
     R = len(ratio_grid(L, tol.ratios(H))[0])
-    parts = {"V": d, "probe": tol.probe_configs * R,
-             "anchor": d * (tol.base_tries + 1) * R if H >= tol.anchored_heads else 0,
+    parts = {"V": d + bias, "probe": tol.probe_configs * R,
+             "anchor": d * (tol.base_tries + 1 + bias) * R if H >= tol.anchored_heads else 0,
              "coarse": d * tol.per_group(d) * R,
              "placed": d * tol.per_group(d) * R, "links": (d - 1) * tol.link_configs * R if H > 1 else 0}
     return parts, L
@@ -156,6 +159,9 @@ class _Ctx:
     rng: object
     V: np.ndarray = None
     V_sd: np.ndarray = None
+    bias: bool = False
+    beta: float = 0.0
+    beta_sd: float = 0.0
 
     def chunk(self):
         return max(1, int(self.tol.batch_floats // (self.L * self.d)))
@@ -167,17 +173,34 @@ class _Ctx:
                            rounding=self.tol.rounding)
 
     def ends(self, u, q):
-        """:math:`V^\\top q` and :math:`V^\\top x` with their standard deviations."""
+        """:math:`V^\\top q` and :math:`V^\\top x` (plus :math:`\\beta` with ``bias``) with their
+        standard deviations."""
         x = q - u
+        if self.bias:
+            return self.end(q) + self.end(x)
         return (self.V @ q, np.sqrt((self.V_sd**2) @ q**2) + 1e-300,
                 self.V @ x, np.sqrt((self.V_sd**2) @ x**2) + 1e-300)
+
+    def end(self, x):
+        r"""With ``bias``: :math:`V^\top x+\beta=\sum_ix_iF(e_i)+(1-\sum_ix_i)F(0)` from the one-token
+        answers (:func:`ask_V`), and its standard deviation."""
+        return (self.V @ x + self.beta,
+                np.sqrt((self.V_sd**2) @ x**2 + ((1 - x.sum()) * self.beta_sd) ** 2) + 1e-300)
 
 
 def ask_V(ctx):
     r""":math:`V=\sum_hv_h` from the :math:`d` one-token queries :math:`(e_i)` (a one-token query
-    answers :math:`V^\top x`), with the standard deviation of each entry."""
+    answers :math:`V^\top x`), with the standard deviation of each entry. With ``ctx.bias`` a
+    one-token query answers :math:`V^\top x+\beta`: one more, the zero token, gives
+    :math:`\beta=F(0)`, stored in ``ctx.beta`` (``ctx.V_sd`` is then the noise of the answers
+    :math:`F(e_i)`, :meth:`_Ctx.end` combines them)."""
     F = ctx.ask(np.eye(ctx.d)[:, None, :], what="a one-token query")
-    return F, noise_sd(F, absolute=ctx.absolute, relative=ctx.relative)
+    sd = noise_sd(F, absolute=ctx.absolute, relative=ctx.relative)
+    if ctx.bias:
+        F0 = ctx.ask(np.zeros((1, 1, ctx.d)), what="a one-token query")
+        ctx.beta, ctx.beta_sd = float(F0[0]), float(noise_sd(F0, absolute=ctx.absolute, relative=ctx.relative)[0])
+        F = F - ctx.beta
+    return F, sd
 
 
 # ---------------------------------------------------------------- fitting one configuration
@@ -438,10 +461,10 @@ def coarse_pass(ctx, u, scale, *, rng):
     Returns ``(Q, F, sd, ends, fit)``."""
     d, H, tol = ctx.d, ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
-    q0, F0, sd0, e0, single0 = _anchor(ctx, u, scale, rng=rng)
+    q0, F0, sd0, e0, single0, reach = _anchor(ctx, u, scale, rng=rng)
     c_anchor = single0[1]
     gap = np.min(np.diff(c_anchor)) if H > 1 else np.inf
-    rms = max(np.sqrt(np.mean(c_anchor**2)), 1e-12)
+    rms = max(reach, 1e-12)
     move = min(tol.nudge * gap, tol.nudge_max)
     eta = move * np.linalg.norm(q0) / rms
     m = tol.per_group(d)
@@ -474,7 +497,14 @@ def coarse_pass(ctx, u, scale, *, rng):
 def _anchor(ctx, u, scale, *, rng):
     """:func:`coarse_pass`'s anchor: the best separated of ``tol.base_tries`` random
     configurations, stretched to ``tol.stretch`` nats and asked again; returns ``(q0, F, sd,
-    ends, (C, c, g, chi2))`` of the stretched configuration, its heads sorted by position.
+    ends, (C, c, g, chi2), reach)`` of the stretched configuration, its heads sorted by
+    position, ``reach`` the root mean square of the part of its positions that is linear in
+    :math:`q` (all of them without biases).
+
+    With score biases a step sits at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top c_h`:
+    affine in :math:`q`, not linear. The group's *origin* :math:`q=0` (:func:`_origin`) shows
+    :math:`-\kappa_h`, and the stretch by :math:`\alpha` moves the candidate's steps from
+    :math:`c_h` to :math:`\alpha(c_h+\kappa_h)-\kappa_h`.
 
     Raises
     ------
@@ -496,26 +526,58 @@ def _anchor(ctx, u, scale, *, rng):
             continue
         sep = (np.min(np.diff(c)) if H > 1 else 1.0) / max(np.max(np.abs(c)), 1e-12)
         if best is None or sep > best[0]:
-            best = (sep, q, c)
+            best = (sep, q, c, g)
     if best is None:
         raise IllConditionedError(
             f"no configuration of a group was fitted within {tol.chi2_factor:g} x its noise (best chi2 per "
             f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
             "or the steps are beyond the window")
-    _, q, c = best
-    alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c)), 1e-12), *tol.stretch_clip))
+    _, q, c, g = best
+    origin = _origin(ctx, u, g) if ctx.bias else np.zeros(H)  # the steps at q = 0: -kappa_h
+    alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)), 1e-12), *tol.stretch_clip))
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
     e = ctx.ends(u, q0)
-    single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=alpha * c, chi2_ok=chi2_ok,
+    pred = np.sort(alpha * (c - origin) + origin) if ctx.bias else alpha * c
+    single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=pred, chi2_ok=chi2_ok,
                         rng=rng)
-    gap = np.min(np.diff(alpha * c)) if H > 1 else np.inf
-    if not (single[3] <= chi2_ok and np.max(np.abs(single[1] - alpha * c)) <= 0.5 * min(gap, 2.0)):
+    gap = np.min(np.diff(pred)) if H > 1 else np.inf
+    if not (single[3] <= chi2_ok and np.max(np.abs(single[1] - pred)) <= 0.5 * min(gap, 2.0)):
         raise IllConditionedError(
             "a group's anchor configuration, stretched, does not show its steps where the stretch puts them "
             f"(chi2 per degree of freedom {single[3] / _dof(ctx, H):.3g}): its heads cannot be told apart at "
             "this output error")
-    return q0, F, sd, e, single
+    reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.bias else np.sqrt(np.mean(single[1] ** 2))
+    return q0, F, sd, e, single, reach
+
+
+def _origin(ctx, u, g):
+    r"""With score biases: the positions :math:`-\kappa_h` of the group's steps at :math:`q=0`
+    (the configuration :math:`x=-u`, :math:`q=0`), fitted with the heights ``g`` of the anchor's
+    candidate fixed (so labelled as its heads), from coinciding positions (PyTorch's initial
+    biases are zero) and every order of a one-nat grid; the best :math:`\chi^2` is kept.
+
+    Raises
+    ------
+    IllConditionedError
+        No start fits within the noise."""
+    H, tol = ctx.H, ctx.tol
+    q = np.zeros(ctx.d)
+    F, sd = ctx.config(u, q)
+    ends = tuple(np.array([x]) for x in ctx.ends(u, q))
+    limit = tol.chi2_factor * (len(ctx.z) + 2)
+    starts = [np.zeros(H)] + [np.array(p, float) for p in itertools.islice(
+        itertools.permutations(np.arange(H) - (H - 1) / 2), tol.max_permutations)]
+    best = (np.inf, None)
+    for start in starts:
+        c, _, cost = _positions_only(ctx.z, F, sd, g, start, ends, 0)
+        if cost < best[0]:
+            best = (cost, c)
+        if cost <= limit:
+            return c
+    raise IllConditionedError(
+        f"a group's origin (q = 0) is not fitted within {tol.chi2_factor:g} x its noise by the anchor's heights (chi2 "
+        f"{best[0]:.3g}): its score biases cannot be placed")
 
 
 def random_pass(ctx, u, scale, *, rng):
@@ -665,11 +727,14 @@ def _positions_only(z, F, sd, g, c0, ends, j):
     return sol.x[1:], sol.x[0], float(np.sum(sol.fun[:len(z) + 2] ** 2))
 
 
-def regress_y(Q, fit, *, tol):
+def regress_y(Q, fit, *, tol, intercept=False):
     r""":math:`y_h=W_h^\top u` from :math:`c_{h,j}=-y_h^\top q_j` over the group's configurations,
     weighted by the positions' standard deviations; rows beyond ``tol.outlier_sigma`` standard
     deviations are dropped (at most ``tol.outlier_rounds`` times). Returns ``(Y, covs, used)``:
-    ``Y`` (H, d), the covariance of every row (H, d, d) and the rows used (H, m) bool.
+    ``Y`` (H, d), the covariance of every row (H, d, d) and the rows used (H, m) bool. With
+    ``intercept`` (score biases: :math:`c_{h,j}=-y_h^\top q_j-\kappa_h`,
+    :math:`\kappa_h=u^\top c_h`) every row of ``Y`` is :math:`(y_h,\kappa_h)`, (H, d + 1), and its
+    covariance (H, d + 1, d + 1).
 
     Raises
     ------
@@ -679,6 +744,8 @@ def regress_y(Q, fit, *, tol):
         ``tol.regression_chi2`` (mislabelled heads: the positions are not linear in :math:`q`).
     """
     m, H = fit.c.shape
+    if intercept:
+        Q = np.column_stack([Q, np.ones(m)])
     d = Q.shape[1]
     Y, covs, used = np.zeros((H, d)), np.zeros((H, d, d)), np.zeros((H, m), bool)
     for h in range(H):
@@ -713,11 +780,16 @@ def placed_pass(ctx, u, Y, scale, *, rng):
     :math:`N` a basis of the null space of :math:`Y` and :math:`r` random (so the :math:`q`
     span :math:`\mathbb R^d`). When :math:`|Y^+t|` exceeds ``tol.placed_cap`` times the
     pass's scale (nearly collinear :math:`y_h`), the grid is shrunk until it fits. With
-    :math:`H\ge d` there is no null space and the :math:`q` are random.
+    :math:`H\ge d` there is no null space and the :math:`q` are random. With score biases
+    (``Y`` of :func:`regress_y` with its intercept column :math:`\kappa`) the steps sit at
+    :math:`-Yq-\kappa` and :math:`q=-Y^+(t+\kappa)+Nr` (the grid halved at most
+    ``tol.placed_halvings`` times: :math:`-Y^+\kappa` alone may exceed the cap).
 
     Returns ``(Q, F, sd, ends, c_pred)``."""
     d, H, tol = ctx.d, ctx.H, ctx.tol
     m = tol.per_group(d)
+    kappa = Y[:, d] if Y.shape[1] > d else np.zeros(H)
+    Y = Y[:, :d]
     pinv = np.linalg.pinv(Y)
     _, sv, Vt = np.linalg.svd(Y)
     N = Vt[H:].T if H < d else np.zeros((d, 0))
@@ -725,9 +797,18 @@ def placed_pass(ctx, u, Y, scale, *, rng):
     for _ in range(m):
         if H < d:
             t = tol.spacing * (rng.permutation(H) - (H - 1) / 2) + rng.uniform(-1, 1)
-            qt = -pinv @ t
-            while np.linalg.norm(qt) > tol.placed_cap * scale:
-                t, qt = t / 2, qt / 2
+            if ctx.bias:
+                qt = -pinv @ (t + kappa)
+                for _ in range(tol.placed_halvings):
+                    if np.linalg.norm(qt) <= tol.placed_cap * scale:
+                        break
+                    t = t / 2
+                    qt = -pinv @ (t + kappa)
+                qt = qt * min(1.0, tol.placed_cap * scale / max(np.linalg.norm(qt), 1e-300))
+            else:
+                qt = -pinv @ t
+                while np.linalg.norm(qt) > tol.placed_cap * scale:
+                    t, qt = t / 2, qt / 2
             r = rng.normal(size=N.shape[1])
             room = max(scale**2 - qt @ qt, 0.25 * scale**2)
             q = qt + N @ (r / np.linalg.norm(r) * np.sqrt(room)) if N.shape[1] else qt
@@ -738,7 +819,7 @@ def placed_pass(ctx, u, Y, scale, *, rng):
         Fs.append(F)
         sds.append(sd)
         ends.append(ctx.ends(u, q))
-        preds.append(-Y @ q)
+        preds.append(-Y @ q - kappa)
     return np.array(Q), np.array(Fs), np.array(sds), tuple(np.array(x) for x in zip(*ends)), np.array(preds)
 
 
@@ -746,7 +827,9 @@ def link_groups(ctx, U, groups, scale, *, rng):
     r"""Match every group's heads to group 1's: three configurations with :math:`u=u_1+u_k`; for
     every pairing :math:`\pi` the predicted curve :math:`V^\top q+\sum_h(\gamma_{h,1}+
     \gamma_{\pi(h),k})\sigma(-(y_{h,1}+y_{\pi(h),k})^\top q-z)` is compared with the answers
-    (weighted :math:`\chi^2`). Returns the permutations (d, H) and the margins (runner-up χ² over
+    (weighted :math:`\chi^2`); with score biases the positions add
+    :math:`-(\kappa_{h,1}+\kappa_{\pi(h),k})` (:math:`\kappa` is linear in :math:`u`) and the
+    constant :math:`\beta`. Returns the permutations (d, H) and the margins (runner-up χ² over
     the best's, inf with one head).
 
     Raises
@@ -767,9 +850,10 @@ def link_groups(ctx, U, groups, scale, *, rng):
         for _ in range(tol.link_configs):
             q = _unit(rng, d) * scale
             F, sd = ctx.config(u, q)
-            Vq = ctx.V @ q
+            Vq = ctx.ends(u, q)[0]
             heights = g1[None, :] + gk[all_perms]  # (P, H)
-            pos = -(Y1 @ q)[None, :] - (Yk @ q)[all_perms]  # (P, H)
+            qb = np.append(q, 1.0) if ctx.bias else q  # with biases a row of Y is (y, kappa)
+            pos = -(Y1 @ qb)[None, :] - (Yk @ qb)[all_perms]  # (P, H)
             pred = Vq + np.einsum("prh,ph->pr", expit(pos[:, None, :] - ctx.z[None, :, None]), heights)
             chi += np.sum(((pred - F[None, :]) / sd[None, :]) ** 2, axis=1)
         order = np.argsort(chi)
@@ -786,31 +870,45 @@ def link_groups(ctx, U, groups, scale, *, rng):
 def solve_heads(U, groups, perms):
     r""":math:`W_h=U^{-1}Y_h` and :math:`v_h=-U^{-1}\Gamma_h`, the rows of :math:`Y_h` and
     :math:`\Gamma_h` being group :math:`k`'s :math:`y` and :math:`\gamma` of the head matched to
-    head :math:`h` of group 1. Returns ``(W, v, Uinv)``."""
+    head :math:`h` of group 1. With score biases the rows of :math:`Y_h` are
+    :math:`(y_{h,k},\kappa_{h,k})` and :math:`U^{-1}Y_h=[W_h\;c_h]` (:math:`\kappa_{h,k}=u_k^\top c_h`).
+    Returns ``(W, v, Uinv)``, ``W`` (H, d, d) or with biases (H, d, d + 1)."""
     d = U.shape[0]
     H = perms.shape[1]
     Uinv = np.linalg.inv(U)
     Yh = np.array([[groups[k]["Y"][perms[k][h]] for k in range(d)] for h in range(H)])  # (H, d, d)
     Gh = np.array([[groups[k]["g"][perms[k][h]] for k in range(d)] for h in range(H)])  # (H, d)
-    W = np.einsum("ij,hjk->hik", Uinv, Yh)
+    W = np.einsum("ij,hjk->hik", Uinv, Yh)  # with biases (H, d, d + 1): [W_h  c_h]
     v = -Gh @ Uinv.T
     return W, v, Uinv
 
 
-def estimate_error(W, v, Uinv, groups, perms, *, tol):
+def estimate_error(W, v, Uinv, groups, perms, *, tol, beta=None, beta_sd=0.0):
     r"""The relative parameter error to expect: the covariances of :math:`y_{h,k}` (regression)
     and :math:`\gamma_{h,k}` (the group fits' inverse Fisher matrices) propagated through
     :math:`W_h=U^{-1}Y_h`, :math:`v_h=-U^{-1}\Gamma_h` (groups independent):
     :math:`E\|\Delta W_h\|_F^2=\sum_k\|U^{-1}e_k\|^2\operatorname{tr}\operatorname{cov}y_{h,k}`,
     :math:`E\|\Delta v_h\|^2=\sum_k\|U^{-1}e_k\|^2\operatorname{var}\gamma_{h,k}`; the largest
-    over heads of the two relative root-mean-square errors, times ``tol.estimate_factor``."""
+    over heads of the two relative root-mean-square errors, times ``tol.estimate_factor``.
+
+    With score biases (``W`` of :func:`solve_heads`, (H, d, d + 1)) also
+    :math:`E\|\Delta c_h\|^2=\sum_k\|U^{-1}e_k\|^2\operatorname{var}\kappa_{h,k}` relative to
+    :math:`\max(\|c_h\|,\|W_h\|)` and the offset's standard deviation ``beta_sd`` relative to
+    :math:`\max(|\beta|,\max_h\|v_h\|)`, the measure of :func:`~.bias.bias_error`."""
     d, H = len(groups), perms.shape[1]
     col = np.sum(Uinv**2, axis=0)  # ||U^-1 e_k||^2
     worst = 0.0
     for h in range(H):
-        trW = sum(col[k] * np.trace(groups[k]["covY"][perms[k][h]]) for k in range(d))
+        covs = [groups[k]["covY"][perms[k][h]] for k in range(d)]
+        trW = sum(col[k] * np.trace(covs[k][:d, :d]) for k in range(d))
         trv = sum(col[k] * groups[k]["g_sd"][perms[k][h]] ** 2 for k in range(d))
-        worst = max(worst, np.sqrt(trW) / np.linalg.norm(W[h]), np.sqrt(trv) / max(np.linalg.norm(v[h]), 1e-300))
+        nW = np.linalg.norm(W[h, :, :d])
+        worst = max(worst, np.sqrt(trW) / nW, np.sqrt(trv) / max(np.linalg.norm(v[h]), 1e-300))
+        if W.shape[2] > d:  # the score bias c_h
+            trc = sum(col[k] * covs[k][d, d] for k in range(d))
+            worst = max(worst, np.sqrt(trc) / max(np.linalg.norm(W[h, :, d]), nW))
+    if beta is not None:
+        worst = max(worst, beta_sd / max(abs(beta), np.max(np.linalg.norm(v, axis=1)), 1e-300))
     return tol.estimate_factor * worst
 
 
@@ -844,7 +942,7 @@ def _passes(ctx, u, scale, rng):
     tol = ctx.tol
     first = coarse_pass if ctx.H >= tol.anchored_heads else random_pass
     Q1, F1, sd1, e1, fit1 = first(ctx, u, scale, rng=rng)
-    Y1, _, _ = regress_y(Q1, fit1, tol=tol)
+    Y1, _, _ = regress_y(Q1, fit1, tol=tol, intercept=ctx.bias)
     Q2, F2, sd2, e2, pred = placed_pass(ctx, u, Y1, scale, rng=rng)
     Q = np.vstack([Q1, Q2])
     F, sd = np.vstack([F1, F2]), np.vstack([sd1, sd2])
@@ -853,7 +951,7 @@ def _passes(ctx, u, scale, rng):
     c0 = np.vstack([fit1.c, pred])
     fit = _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)
     fit = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, fit))
-    Y, covY, used = regress_y(Q, fit, tol=tol)
+    Y, covY, used = regress_y(Q, fit, tol=tol, intercept=ctx.bias)
     return {"g": fit.g, "g_sd": fit.g_sd, "Y": Y, "covY": covY, "reduced": fit.reduced,
             "used": int(used.sum()), "configs": len(Q)}
 
@@ -931,16 +1029,18 @@ def learn_long(ask, opt, tol):
     b, z = ratio_grid(L, lt.ratios(H))
     absolute = 0.0 if opt.output_error is None else float(opt.output_error)
     ctx = _Ctx(ask=ask, d=d, H=H, L=L, b=b, z=z, absolute=absolute, relative=float(opt.relative_error or 0.0),
-               tol=lt, rng=rng)
+               tol=lt, rng=rng, bias=opt.bias)
     start = ask.queries
     ctx.V, ctx.V_sd = ask_V(ctx)
     scale = probe_scale(ctx, rng=rng)
     U, groups, redrawn, redraw_queries = draw_groups(ctx, scale, rng=rng)
     perms, margins = link_groups(ctx, U, groups, scale, rng=rng)
     W, v, Uinv = solve_heads(U, groups, perms)
-    estimate = estimate_error(W, v, Uinv, groups, perms, tol=lt)
+    estimate = estimate_error(W, v, Uinv, groups, perms, tol=lt, beta=ctx.beta if ctx.bias else None,
+                              beta_sd=ctx.beta_sd)
     check_V(v, ctx.V, estimate)
-    model = canonical(MultiHeadAttention(W, v))
+    model = (AttentionLayer(W[:, :, :d], v, c=W[:, :, d], b=np.asarray(ctx.beta)) if ctx.bias
+             else canonical(MultiHeadAttention(W, v)))
     queries = {"design": ask.queries - start - redraw_queries, "constants": 0, "redraws": redraw_queries,
                "holdout": 0}
     Fscale = max(np.max(np.abs(ctx.V)) * scale, 1e-300)

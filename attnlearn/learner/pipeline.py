@@ -12,12 +12,13 @@ robust mode's redraws (:mod:`~.robust`), the constants and their calibration
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mpmath
 import numpy as np
 
 from .._arith import working_precision
+from ..errors import RecoveryError
 from ..protocol import Access
 from ..protocol import check_oracle as protocol_check
 from .accuracy import certifying, check_accuracy, refuse_out_of_reach
@@ -28,7 +29,8 @@ from .lean import lean_budget, lean_holdout_count, learn_lean
 from .results import query_budget
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
 from .stages import finish_design, fit_design
-from .tolerances import LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances, Tolerances
+from .tolerances import (LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES,
+                         LongTolerances, Tolerances)
 
 __all__ = ["learn", "Options", "check_count", "check_flag", "check_real", "check_seed", "check_oracle",
            "check_cost", "learn_cost"]
@@ -193,6 +195,7 @@ class Options:
     design: str = "paper"
     relative_error: float = None
     max_length: int = MAX_LENGTH
+    fallback: int = 0
 
 
 DESIGNS = ("paper", "lean", "long")
@@ -205,14 +208,14 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     if not isinstance(design, str) or design not in DESIGNS:
         raise ValueError(f'design must be "paper", "lean" or "long", got {design!r}')
     if design == "long":
-        if check_flag(bias, "bias") or scale != "probe":
-            raise ValueError('bias=True and scale="search" are options of design="paper" (design="long" learns the '
-                             "paper's model at its own scale)")
+        if scale != "probe":
+            raise ValueError('scale="search" is an option of design="paper" (design="long" finds its own scale)')
         return _long_options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, robust=robust, seed=seed,
                              output_error=output_error, relative_error=relative_error, max_queries=max_queries,
-                             max_length=max_length)
+                             max_length=max_length, bias=check_flag(bias, "bias"))
     if relative_error is not None:
         raise ValueError('relative_error is an option of design="long" (the paper design takes output_error)')
+    given_length = max_length
     max_length = MAX_LENGTH if max_length is None else max_length
     if (heads is None) == (max_heads is None):
         raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
@@ -256,14 +259,38 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
         raise ValueError('bias=True and scale="search" are options of design="paper" (the lean design learns '
                          "the paper's model at the probe's scale)")
     parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias, design=design)
+    fallback = fallback_length(robust=robust, heads_given=heads is not None, n=n, max_length=given_length)
+    if fallback:  # the long design's queries too, should the paper's fail
+        parts["fallback"] = fallback_cost(d, n, fallback, holdout=holdout, bias=bias)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
                    nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds, scale=scale,
-                   bias=bias, design=design), tol
+                   bias=bias, design=design, fallback=fallback), tol
+
+
+def fallback_length(*, robust, heads_given, n, max_length):
+    """The length of the long design's queries that robust mode falls back to (0: none): with
+    ``robust``, ``heads`` given (at most :data:`~.tolerances.LONG_MAX_HEADS`) and ``max_length``
+    given explicitly and at least :data:`~.tolerances.LONG_MIN_LENGTH`, the smaller of
+    ``max_length`` and :data:`~.tolerances.LONG_FALLBACK_LENGTH`."""
+    if not (robust and heads_given and n <= LONG_MAX_HEADS and max_length is not None
+            and max_length >= LONG_MIN_LENGTH):
+        return 0
+    return min(max_length, LONG_FALLBACK_LENGTH)
+
+
+def fallback_cost(d, n, L, *, holdout, bias):
+    """Queries of the long design at length ``L`` (:func:`~.long.long_cost`) with its held-out
+    queries: what robust mode's fallback may add."""
+    from .long import long_cost
+
+    lt = LongTolerances()
+    parts, _ = long_cost(d, n, L, tol=lt, bias=bias)
+    return sum(parts.values()) + (max(holdout, lt.holdout_length) if holdout else 0)
 
 
 def _long_options(oracle, d, *, heads, max_heads, holdout, robust, seed, output_error, relative_error, max_queries,
-                  max_length):
+                  max_length, bias=False):
     """:func:`_options` for ``design="long"`` (:mod:`~.long`): float64, ``heads`` given, both noise
     levels checked, ``max_length`` given explicitly (its queries are that long), the cost counted."""
     from .long import long_cost
@@ -292,11 +319,11 @@ def _long_options(oracle, d, *, heads, max_heads, holdout, robust, seed, output_
     seed = check_seed(seed)
     max_queries = check_count(max_queries, "max_queries")
     lt = LongTolerances()
-    parts, longest = long_cost(d, n, max_length, tol=lt)
+    parts, longest = long_cost(d, n, max_length, tol=lt, bias=bias)
     parts["held-out"] = max(holdout, lt.holdout_length) if holdout else 0
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, True, holdout=holdout, spread=1.0, method="linearised", robust=False, nodes="ratios",
-                   seed=seed, output_error=output_error, redraw_rounds=0, design="long",
+                   seed=seed, output_error=output_error, redraw_rounds=0, design="long", bias=bias,
                    relative_error=relative_error, max_length=max_length), tol
 
 
@@ -483,7 +510,55 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
             return check_accuracy(learn_long(oracle, opt, tol), accuracy)
         with working_precision(oracle):
             pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else _pipeline
-            return check_accuracy(pipeline(oracle, opt, tol), accuracy)
+            if opt.fallback:
+                pipeline = _with_fallback(pipeline)
+            try:
+                recovery = pipeline(oracle, opt, tol)
+            except RecoveryError as exc:
+                if opt.robust and not opt.fallback and opt.heads_given and opt.n <= LONG_MAX_HEADS:
+                    exc.add_note(f'robust mode falls back to design="long" when max_length allows it: pass '
+                                 f"max_length={LONG_FALLBACK_LENGTH} to let it")
+                raise
+            return check_accuracy(recovery, accuracy)
+
+
+def _with_fallback(pipeline):
+    r"""Robust mode with long queries allowed (:func:`fallback_length`): ``pipeline`` (the paper's
+    design), and when it raises a :class:`~attnlearn.errors.RecoveryError`, the long design
+    (:func:`~.long.learn_long`, ``design="long"`` at ``opt.fallback`` tokens, with ``bias`` as
+    asked, ``output_error`` as the absolute noise). The recovery reports the abandoned
+    attempt's queries as ``queries["abandoned"]`` (in the total) and its error as
+    ``diagnostics.fallback``; when the long design fails too, its error is raised with a note
+    naming the first.
+
+    The paper's design separates the heads of a configuration by :math:`2n` nodes in a window of
+    :math:`\log 2n` nats; PyTorch's default initialisation crowds the poles of four heads there
+    (chapter 7), where the long design's window is :math:`2\log(L-1)`: 16.6 nats at
+    :math:`L=4096`."""
+    from .long import learn_long
+
+    def run(oracle, opt, tol):
+        start = oracle.queries
+        try:
+            return pipeline(oracle, opt, tol)
+        except RecoveryError as exc:
+            first = exc
+        abandoned = oracle.queries - start
+        long_opt = replace(opt, design="long", max_length=opt.fallback, robust=False, nodes="ratios", spread=1.0,
+                           method="linearised", redraw_rounds=0, scale="probe", relative_error=0.0,
+                           output_error=0.0 if opt.output_error is None else float(opt.output_error))
+        try:
+            rec = learn_long(oracle, long_opt, tol)
+        except RecoveryError as exc:
+            exc.add_note(f"robust mode fell back to design=\"long\" (queries of {opt.fallback} tokens) after the "
+                         f"paper's design raised {type(first).__name__}: {first}")
+            raise
+        rec.queries["abandoned"] = abandoned
+        rec.queries["total"] += abandoned
+        rec.diagnostics.fallback = f"{type(first).__name__}: {first}"
+        return rec
+
+    return run
 
 
 def _pipeline(oracle, opt, tol):

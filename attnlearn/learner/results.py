@@ -49,6 +49,9 @@ class Diagnostics:
         Per link: scaled matching residual and margin to the nearest wrong pairing.
     cross_residual, cross_margin : array or None
         The same per cross configuration.
+    fallback : str or None
+        Robust mode with long queries allowed: the paper design's error when the recovery fell
+        back to the long design (``learn``'s ``max_length``); None otherwise.
     """
 
     labels: object
@@ -64,6 +67,7 @@ class Diagnostics:
     link_margin: object = None
     cross_residual: object = None
     cross_margin: object = None
+    fallback: str = None
 
     def record_matchings(self, *, link, cross):
         """Fill in the matchings' residuals and margins (``link``, ``cross``: a

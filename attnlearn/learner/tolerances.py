@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Tolerances", "LongTolerances", "MAX_QUERIES", "MAX_LENGTH", "MEASURE_DPS", "POLISH_STEPS",
-           "LONG_MIN_LENGTH", "LONG_MAX_HEADS"]
+           "LONG_MIN_LENGTH", "LONG_MAX_HEADS",
+           "LONG_FALLBACK_LENGTH"]
 
 EPS64 = np.finfo(float).eps  # float64 unit roundoff (an np.float64, as the learner has always used it)
 
@@ -37,6 +38,11 @@ MAX_LENGTH = 129
 #: ``design="long"``: the shortest ``max_length`` it accepts. Its window is :math:`2\log(L-1)`
 #: nats; below 64 tokens (8.3 nats) the steps of two heads overlap most of it.
 LONG_MIN_LENGTH = 64
+
+#: ``robust=True``: the longest query of the long design it falls back to when the paper's
+#: design fails and ``max_length`` allows at least :data:`LONG_MIN_LENGTH` tokens (a window of
+#: 16.6 nats; chapter 7 measured PyTorch's default layers there).
+LONG_FALLBACK_LENGTH = 4096
 
 #: ``design="long"``: the most heads it accepts. Links compare every pairing of two groups'
 #: heads (:math:`H!` curves: 40,320 at :math:`H=8`).
@@ -307,6 +313,9 @@ class LongTolerances:
     placed_cap : float
         Placed pass: a placed :math:`q` longer than 3 times the scale is shrunk (its grid
         halved) -- nearly collinear :math:`y_h` would otherwise ask for huge :math:`q`.
+    placed_halvings : int
+        ... with score biases at most 8 halvings (:math:`-Y^+\kappa` does not shrink with the
+        grid), then the :math:`q` is shortened to the cap.
     estimate_factor : float
         Reported error estimate = 3 times the propagated root-mean-square error (a 3-sigma bound).
     holdout_length : int
@@ -390,6 +399,7 @@ class LongTolerances:
     regression_keep: float = 0.75
     spacing: float = 2.0
     placed_cap: float = 3.0
+    placed_halvings: int = 8
     estimate_factor: float = 3.0
     holdout_length: int = 16
     batch_floats: int = 2**19
