@@ -29,7 +29,7 @@ from .lean import lean_budget, lean_holdout_count, learn_lean
 from .results import query_budget
 from .solves import assemble_W, canonical_heads, solve_blocks, solve_v
 from .stages import finish_design, fit_design
-from .tolerances import (LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES,
+from .tolerances import (FALLBACK_ESTIMATE, LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES,
                          LongTolerances, Tolerances)
 
 __all__ = ["learn", "Options", "check_count", "check_flag", "check_real", "check_seed", "check_oracle",
@@ -196,6 +196,7 @@ class Options:
     relative_error: float = None
     max_length: int = MAX_LENGTH
     fallback: int = 0
+    fallback_above: float = FALLBACK_ESTIMATE
 
 
 DESIGNS = ("paper", "lean", "long")
@@ -502,6 +503,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     accuracy = None if accuracy is None else float(check_real(accuracy, "accuracy", positive=True))
     if accuracy is not None and opt.design == "long":  # the information limit, before any query
         refuse_out_of_reach(opt.d, opt.n, L=opt.max_length, relative=opt.relative_error, accuracy=accuracy)
+    if accuracy is not None:  # robust mode's fallback keeps a paper recovery that meets it
+        opt = replace(opt, fallback_above=accuracy)
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with certifying(accuracy):  # with an accuracy asked, a failed recovery certifies none
         if opt.design == "long":
@@ -524,12 +527,13 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
 
 def _with_fallback(pipeline):
     r"""Robust mode with long queries allowed (:func:`fallback_length`): ``pipeline`` (the paper's
-    design), and when it raises a :class:`~attnlearn.errors.RecoveryError`, the long design
-    (:func:`~.long.learn_long`, ``design="long"`` at ``opt.fallback`` tokens, with ``bias`` as
-    asked, ``output_error`` as the absolute noise). The recovery reports the abandoned
-    attempt's queries as ``queries["abandoned"]`` (in the total) and its error as
-    ``diagnostics.fallback``; when the long design fails too, its error is raised with a note
-    naming the first.
+    design), and when it raises a :class:`~attnlearn.errors.RecoveryError` or returns an error
+    estimate above ``opt.fallback_above`` (``accuracy`` when asked, else
+    :data:`~.tolerances.FALLBACK_ESTIMATE`), the long design (:func:`~.long.learn_long`,
+    ``design="long"`` at ``opt.fallback`` tokens, with ``bias`` as asked, ``output_error`` as
+    the absolute noise). The recovery reports the abandoned attempt's queries as
+    ``queries["abandoned"]`` (in the total) and why as ``diagnostics.fallback``; when the long
+    design fails too, its error is raised with a note naming the first.
 
     The paper's design separates the heads of a configuration by :math:`2n` nodes in a window of
     :math:`\log 2n` nats; PyTorch's default initialisation crowds the poles of four heads there
@@ -540,9 +544,13 @@ def _with_fallback(pipeline):
     def run(oracle, opt, tol):
         start = oracle.queries
         try:
-            return pipeline(oracle, opt, tol)
+            rec = pipeline(oracle, opt, tol)
+            if rec.error_estimate <= opt.fallback_above:
+                return rec
+            first = (f"the paper's design returned an error estimate {float(rec.error_estimate):.1e}, above "
+                     f"{opt.fallback_above:.0e}")
         except RecoveryError as exc:
-            first = exc
+            first = f"{type(exc).__name__}: {exc}"
         abandoned = oracle.queries - start
         long_opt = replace(opt, design="long", max_length=opt.fallback, robust=False, nodes="ratios", spread=1.0,
                            method="linearised", redraw_rounds=0, scale="probe", relative_error=0.0,
@@ -550,12 +558,12 @@ def _with_fallback(pipeline):
         try:
             rec = learn_long(oracle, long_opt, tol)
         except RecoveryError as exc:
-            exc.add_note(f"robust mode fell back to design=\"long\" (queries of {opt.fallback} tokens) after the "
-                         f"paper's design raised {type(first).__name__}: {first}")
+            exc.add_note(f'robust mode fell back to design="long" (queries of {opt.fallback} tokens) after this: '
+                         f"{first}")
             raise
         rec.queries["abandoned"] = abandoned
         rec.queries["total"] += abandoned
-        rec.diagnostics.fallback = f"{type(first).__name__}: {first}"
+        rec.diagnostics.fallback = first
         return rec
 
     return run
