@@ -719,3 +719,15 @@ def test_exact_error_estimate_does_not_underflow_beyond_float64():
     # below 100 digits nothing changes: float64 numbers
     rec60 = learn(Oracle(model, precision=60), 2, heads=2)
     assert type(rec60.error_estimate) is float and type(rec60.output_error) is float
+
+
+def test_fallback_length_only_with_robust_heads_and_long_queries_allowed():
+    from attnlearn.learner.pipeline import fallback_length
+
+    ok = dict(robust=True, heads_given=True, n=4, max_length=4096)
+    assert fallback_length(**ok) == 4096
+    assert fallback_length(**{**ok, "max_length": 100_000}) == 4096  # the long design's own length at most
+    assert fallback_length(**{**ok, "max_length": 64}) == 64
+    for change in (dict(robust=False), dict(heads_given=False), dict(n=9), dict(max_length=None),
+                   dict(max_length=63)):
+        assert fallback_length(**{**ok, **change}) == 0, change

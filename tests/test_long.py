@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from attnlearn import IllConditionedError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
+from attnlearn.layer import AttentionLayer
+from attnlearn.learner.bias import bias_error
 from attnlearn.learner.long import fit_config, long_cost, noise_sd, ratio_grid
 from attnlearn.learner.tolerances import LongTolerances
 from attnlearn.model import random_model
@@ -98,8 +100,7 @@ def test_fit_config_recovers_steps_and_ratio_grid():
     (dict(design="long", max_length=4096, relative_error="small"), TypeError, "relative_error must be"),
     (dict(design="long", max_length=4096, max_queries=100), ValueError, "more than max_queries = 100"),
     (dict(relative_error=1e-8), ValueError, 'relative_error is an option of design="long"'),
-    (dict(design="long", max_length=4096, bias=True), ValueError, 'bias=True and scale="search" are options of'),
-    (dict(design="long", max_length=4096, scale="search"), ValueError, 'bias=True and scale="search" are options'),
+    (dict(design="long", max_length=4096, scale="search"), ValueError, 'scale="search" is an option of design='),
     (dict(design="long", max_length=4096, bias="yes"), TypeError, "bias must be True or False"),
 ])
 def test_bad_input(kw, exc, match):
@@ -277,3 +278,46 @@ def test_groups_redraws_exhausted_raise(monkeypatch):
     # every attempt at group 2 a new direction orthogonal to group 1
     assert np.allclose(np.array(tried[1:]) @ tried[0], 0.0, atol=1e-12)
     assert len({tuple(np.round(u, 12)) for u in tried}) == len(tried)
+
+
+def _biased(H, d, seed, *, c_scale=1.0, b=0.7):
+    """A scalar layer with score biases c_h (entries N(0, c_scale^2 / d)) and offset b, read
+    through the float64 Oracle."""
+    g = np.random.default_rng(seed)
+    W = g.normal(size=(H, d, d)) / np.sqrt(d)
+    v = g.normal(size=(H, d))
+    return AttentionLayer(W, v, c=c_scale * g.normal(size=(H, d)) / np.sqrt(d), b=np.asarray(b))
+
+
+@pytest.mark.parametrize("H, d, seed, c_scale, b", [
+    (1, 2, 0, 1.0, 0.7), (2, 3, 1, 1.0, -1.3),
+    (3, 3, 2, 1.0, 0.7),   # the anchored coarse pass: its stretch predicted from the group's origin
+    (3, 3, 3, 0.0, 0.0),   # PyTorch's initial biases: zero (the origin's steps coincide)
+])
+def test_biases_recovered_within_the_estimate(H, d, seed, c_scale, b):
+    """design="long", bias=True on a float64 oracle: every c_h, v_h, W_h and beta within the
+    estimate, the model an AttentionLayer with c and b, the count long_cost's with bias."""
+    layer = _biased(H, d, seed, c_scale=c_scale, b=b)
+    oracle = Oracle(layer)
+    rec = learn(oracle, d, heads=H, design="long", bias=True, max_length=L, seed=seed)
+    err = bias_error(rec.model, layer)
+    assert isinstance(rec.model, AttentionLayer) and rec.model.c is not None and rec.model.c.shape == (H, d)
+    assert err <= rec.error_estimate <= 1e-6
+    assert abs(float(rec.model.b[0]) - b) <= rec.error_estimate * max(abs(b), 1.0)
+    parts, _ = long_cost(d, H, L, tol=LongTolerances(), bias=True)
+    assert rec.queries["design"] + rec.queries["redraws"] >= sum(parts.values())
+    if not rec.queries["redraws"]:
+        assert rec.queries["design"] == sum(parts.values())
+
+
+def test_long_cost_with_bias_counts_the_zero_token_and_the_origins():
+    tol = LongTolerances()
+    R = len(ratio_grid(L, tol.ratios(3))[0])
+    plain, _ = long_cost(4, 3, L, tol=tol)
+    biased, _ = long_cost(4, 3, L, tol=tol, bias=True)
+    assert biased["V"] == plain["V"] + 1 == 5
+    assert biased["anchor"] == plain["anchor"] + 4 * R  # one origin per group
+    assert {k: v for k, v in biased.items() if k not in ("V", "anchor")} == \
+        {k: v for k, v in plain.items() if k not in ("V", "anchor")}
+    # below the anchored heads there is no anchor, hence no origin
+    assert long_cost(4, 2, L, tol=tol, bias=True)[0]["anchor"] == 0

@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnlearn import MultiHeadAttention, Oracle, learn, param_error, canonical  # noqa: E402
+from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error  # noqa: E402
 from attnlearn.layer import AttentionLayer  # noqa: E402
 from attnlearn.learner.pipeline import holdout_count  # noqa: E402
 from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError  # noqa: E402
@@ -253,3 +253,51 @@ def test_biased_layers_learned_with_bias_true(drawn):
         rec = learn(Exact(), 4, heads=2, bias=True)
         assert bias_error(rec.model, truth) <= 1e-20
     assert rec.queries["design"] == bias_budget(4, 2)[0] == 4 * 2 * 16 + 4 * 2 * 4 - 4 + 1
+
+
+# ---------------------------------------------------------------- robust mode's fallback to the long design
+def _small_layer(seed):
+    """d = 4, H = 4 at PyTorch's default initialisation: poles the paper's design cannot separate."""
+    torch.manual_seed(seed)
+    return torch.nn.MultiheadAttention(4, 4, bias=False, batch_first=True, dtype=torch.float64).eval()
+
+
+def test_robust_falls_back_to_the_long_design_when_the_paper_design_raises():
+    m, r = _small_layer(1), np.random.default_rng(1).normal(size=4)
+    oracle = TorchOracle(m, readout=r)
+    rec = learn(oracle, 4, heads=4, robust=True, seed=1, max_length=4096)
+    err = param_error(rec.model, canonical(from_torch(m, readout=r)))
+    assert rec.diagnostics.fallback.startswith("PoleError: ")
+    assert err <= rec.error_estimate <= 1e-6 and rec.heads == 4 and rec.max_length == 4096
+    assert rec.queries["abandoned"] > 0 and rec.queries["total"] == oracle.queries
+    # the same request without long queries allowed raises, and says how to allow them
+    with pytest.raises(RecoveryError, match="interpolated poles") as info:
+        learn(TorchOracle(m, readout=r), 4, heads=4, robust=True, seed=1)
+    assert any("pass max_length=4096" in note for note in info.value.__notes__)
+
+
+def test_robust_falls_back_when_the_paper_estimate_is_poor_unless_it_meets_the_accuracy():
+    m, r = _small_layer(0), np.random.default_rng(0).normal(size=4)
+    plain = learn(TorchOracle(m, readout=r), 4, heads=4, robust=True, seed=0)
+    assert 1e-6 < plain.error_estimate <= 0.1  # returned, but far from what the long design gives
+    rec = learn(TorchOracle(m, readout=r), 4, heads=4, robust=True, seed=0, max_length=4096)
+    assert rec.diagnostics.fallback.startswith("the paper's design returned an error estimate")
+    assert param_error(rec.model, canonical(from_torch(m, readout=r))) <= rec.error_estimate <= 1e-6
+    # with an accuracy the paper's recovery meets, it is kept: the same queries as without the fallback
+    kept = learn(TorchOracle(m, readout=r), 4, heads=4, robust=True, seed=0, max_length=4096, accuracy=0.1)
+    assert kept.diagnostics.fallback is None and plain.diagnostics.fallback is None
+    assert kept.queries == plain.queries and kept.error_estimate == plain.error_estimate
+
+
+def test_robust_fallback_counted_before_any_query_and_its_failure_named():
+    m, r = _small_layer(1), np.random.default_rng(1).normal(size=4)
+    oracle = TorchOracle(m, readout=r)
+    with pytest.raises(ValueError, match=r"fallback [\d,]+\) of up to 4,096 tokens, more than max_queries = 3,000"):
+        learn(oracle, 4, heads=4, robust=True, max_length=4096, max_queries=3_000)
+    assert oracle.queries == 0
+    assert learn(oracle, 4, heads=4, robust=True, seed=1, max_length=4096, max_queries=3_424).diagnostics.fallback
+    # both designs fail (a stated output error far above the layer's outputs): the long design's
+    # error is raised with a note naming the paper's
+    with pytest.raises(RecoveryError) as info:
+        learn(TorchOracle(m, readout=r), 4, heads=4, robust=True, seed=1, max_length=4096, output_error=10.0)
+    assert any(note.startswith('robust mode fell back to design="long"') for note in info.value.__notes__)

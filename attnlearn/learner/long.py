@@ -495,7 +495,7 @@ def coarse_pass(ctx, u, scale, *, rng):
 
 
 def _anchor(ctx, u, scale, *, rng):
-    """:func:`coarse_pass`'s anchor: the best separated of ``tol.base_tries`` random
+    r""":func:`coarse_pass`'s anchor: the best separated of ``tol.base_tries`` random
     configurations, stretched to ``tol.stretch`` nats and asked again; returns ``(q0, F, sd,
     ends, (C, c, g, chi2), reach)`` of the stretched configuration, its heads sorted by
     position, ``reach`` the root mean square of the part of its positions that is linear in

@@ -263,6 +263,7 @@ def _options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, rob
     fallback = fallback_length(robust=robust, heads_given=heads is not None, n=n, max_length=given_length)
     if fallback:  # the long design's queries too, should the paper's fail
         parts["fallback"] = fallback_cost(d, n, fallback, holdout=holdout, bias=bias)
+        longest = max(longest, fallback)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return Options(d, n, heads is not None, holdout=holdout, spread=spread, method=method, robust=robust,
                    nodes=nodes, seed=seed, output_error=output_error, redraw_rounds=redraw_rounds, scale=scale,
