@@ -1,6 +1,7 @@
 r"""``learn(..., design="long")``: long ratio queries and statistical fits, for noisy oracles.
 
-Used in: chapter 5b (``book/05b_long_queries.ipynb``: learning through float32 noise) and
+Used in: chapter 5b (``book/05b_long_queries.ipynb``: learning through float32 noise), chapter 7
+(real layers: float32 layers, score biases, robust mode's fallback) and
 ``benchmarks/noise_design.py`` (its acceptance rows, issue 17).
 
 A query of :math:`a` copies of :math:`x` followed by :math:`b` copies of :math:`q` (final token
@@ -43,6 +44,17 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (``/work/shared/DE
    :math:`U` the :math:`u_k`, rows of :math:`Y_h` the :math:`y_{h,k}^\top`).
 8. :func:`estimate_error`: the inverse Fisher matrix of every group's fit propagated through
    the regression and the solves, then :func:`~.checks.finish` (held-out queries).
+
+**Score biases** (``bias=True``, PyTorch's ``bias=True``: score :math:`x_i^\top(W_hx_N+c_h)`,
+output offset :math:`\beta`). A step then sits at :math:`-y_h^\top q-\kappa_h` with
+:math:`\kappa_h=u^\top c_h`, affine in :math:`q`, and the ends are :math:`V^\top q+\beta`,
+:math:`V^\top x+\beta`. So :func:`ask_V` asks one more one-token query, the zero token
+(:math:`F(0)=\beta`); each anchored group asks its *origin* :math:`q=0` (:func:`_origin`: the steps at
+:math:`-\kappa_h`, fitted under the anchor's heights) so that the stretch predicts the affine
+positions; :func:`regress_y` fits :math:`(y_h,\kappa_h)` with an intercept; the placed and link
+positions carry :math:`\kappa`; and :func:`solve_heads` gives :math:`[W_h\;c_h]=U^{-1}[Y_h\;K_h]`
+(:math:`\kappa` is linear in :math:`u`, as :math:`y` is). The model is an
+:class:`~attnlearn.layer.AttentionLayer` with ``c`` and ``b``.
 
 The noise model is :math:`\sigma_i = \sqrt{\varepsilon_a^2 + (\varepsilon_r F_i)^2} +
 4\epsilon_{64}|F_i|` plus a float64 oracle's summation rounding (:func:`noise_sd`;

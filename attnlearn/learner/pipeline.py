@@ -352,7 +352,13 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         float64 practice mode: query each block's constant :math:`V^\top q_k` directly
         (:math:`d-1` extra queries, :math:`d` with ``bias=True``, reported) instead of deriving
         it from the learned :math:`V`, and redraw ill-conditioned configurations (reported).
-        ``design="paper"`` only.
+        ``design="paper"`` only. With ``heads`` given and ``max_length`` given explicitly and at
+        least :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`, robust mode falls back to
+        ``design="long"`` (queries of ``min(max_length, 4096)`` tokens) when the paper's design
+        raises a :class:`RecoveryError` or returns an error estimate above ``accuracy`` (default
+        :data:`~attnlearn.learner.tolerances.FALLBACK_ESTIMATE`, 1e-6): the abandoned queries
+        are reported as ``queries["abandoned"]``, the reason as ``diagnostics.fallback``, and
+        ``max_queries`` counts the long design's queries too (chapter 7).
     output_error : float, optional, keyword-only
         Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
         :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
@@ -416,8 +422,11 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         offset :math:`\beta` besides the heads, as PyTorch's ``bias=True`` adds
         (:mod:`attnlearn.learner.bias`, chapter 7): one more block and midpoint crosses,
         :math:`4nd^2+4nd-2n+1` design queries; ``recovery.model`` is then a scalar
-        :class:`attnlearn.layer.AttentionLayer` with ``c`` and ``b``. Default False (the
-        paper's model and design, unchanged).
+        :class:`attnlearn.layer.AttentionLayer` with ``c`` and ``b``. With ``design="long"``
+        every step's position is affine in :math:`q` and each group's regression gains an
+        intercept (:math:`d+1` one-token queries, and each anchored group one more
+        configuration, :func:`~attnlearn.learner.long.long_cost`). Default False (the paper's
+        model and design, unchanged).
     design : {"paper", "lean", "long"}, keyword-only
         The query design. ``"paper"`` (the default): the paper's block/link/cross design,
         :math:`4nd^2-2n+1` queries (claims C6, C7; everything above). ``"lean"``: the lean
@@ -431,8 +440,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``benchmarks/noise_design.py``); float64 oracles, ``heads`` given (at most
         :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`), ``nodes``, ``spread``,
         ``method``, ``robust`` and ``redraw_rounds`` unused; its estimate comes from the fits'
-        inverse Fisher matrices. ``nodes``, ``robust``, ``bias`` and ``scale`` are the paper
-        design's options.
+        inverse Fisher matrices. ``nodes``, ``robust`` and ``scale`` are the paper design's
+        options; ``bias`` serves both.
     relative_error : float, optional, keyword-only
         ``design="long"`` only: the standard deviation of each answer's error relative to the
         answer (e.g. ``6e-8`` for float32 arithmetic), added in quadrature to ``output_error``
