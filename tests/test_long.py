@@ -293,6 +293,8 @@ def _biased(H, d, seed, *, c_scale=1.0, b=0.7):
     (1, 2, 0, 1.0, 0.7), (2, 3, 1, 1.0, -1.3),
     (3, 3, 2, 1.0, 0.7),   # the anchored coarse pass: its stretch predicted from the group's origin
     (3, 3, 3, 0.0, 0.0),   # PyTorch's initial biases: zero (the origin's steps coincide)
+    (3, 3, 1, 2.0, 0.7),   # the origin's steps several nats apart: no grid start fits them, the
+                           # free fit's positions do (raised before _origin_starts had them)
 ])
 def test_biases_recovered_within_the_estimate(H, d, seed, c_scale, b):
     """design="long", bias=True on a float64 oracle: every c_h, v_h, W_h and beta within the

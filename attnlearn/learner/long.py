@@ -566,22 +566,20 @@ def _anchor(ctx, u, scale, *, rng):
 def _origin(ctx, u, g):
     r"""With score biases: the positions :math:`-\kappa_h` of the group's steps at :math:`q=0`
     (the configuration :math:`x=-u`, :math:`q=0`), fitted with the heights ``g`` of the anchor's
-    candidate fixed (so labelled as its heads), from coinciding positions (PyTorch's initial
-    biases are zero) and every order of a one-nat grid; the best :math:`\chi^2` is kept.
+    candidate fixed (so labelled as its heads), from the starts of :func:`_origin_starts` until
+    one fits within the noise.
 
     Raises
     ------
     IllConditionedError
         No start fits within the noise."""
-    H, tol = ctx.H, ctx.tol
+    tol = ctx.tol
     q = np.zeros(ctx.d)
     F, sd = ctx.config(u, q)
     ends = tuple(np.array([x]) for x in ctx.ends(u, q))
     limit = tol.chi2_factor * (len(ctx.z) + 2)
-    starts = [np.zeros(H)] + [np.array(p, float) for p in itertools.islice(
-        itertools.permutations(np.arange(H) - (H - 1) / 2), tol.max_permutations)]
     best = (np.inf, None)
-    for start in starts:
+    for start in _origin_starts(ctx, F, sd, ends):
         c, _, cost = _positions_only(ctx.z, F, sd, g, start, ends, 0)
         if cost < best[0]:
             best = (cost, c)
@@ -590,6 +588,22 @@ def _origin(ctx, u, g):
     raise IllConditionedError(
         f"a group's origin (q = 0) is not fitted within {tol.chi2_factor:g} x its noise by the anchor's heights (chi2 "
         f"{best[0]:.3g}): its score biases cannot be placed")
+
+
+def _origin_starts(ctx, F, sd, ends):
+    """:func:`_origin`'s starts, lazily, cheapest first: coinciding positions (zero biases), every
+    order of a one-nat grid, every order of the positions of a free fit of the same answers
+    (:func:`fit_config`: drawn biases put the steps several nats apart, some beyond the window),
+    then ``tol.repair_random`` random positions over one and a half windows."""
+    H, tol = ctx.H, ctx.tol
+    yield np.zeros(H)
+    grid = np.arange(H) - (H - 1) / 2
+    yield from (np.array(p) for p in itertools.islice(itertools.permutations(grid), tol.max_permutations))
+    free = fit_config(ctx.z, F, sd, H, Vq=ends[0][0], Vq_sd=ends[1][0], Vx=ends[2][0], Vx_sd=ends[3][0],
+                      chi2_ok=tol.chi2_factor * _dof(ctx, H), rng=ctx.rng)[1]
+    yield from (np.array(p) for p in itertools.islice(itertools.permutations(free), tol.max_permutations))
+    half = 1.5 * ctx.z[-1]
+    yield from (np.sort(ctx.rng.uniform(-half, half, H)) for _ in range(tol.repair_random))
 
 
 def random_pass(ctx, u, scale, *, rng):
