@@ -298,6 +298,33 @@ def test_robust_fallback_counted_before_any_query_and_its_failure_named():
     assert learn(oracle, 4, heads=4, robust=True, seed=1, max_length=4096, max_queries=3_424).diagnostics.fallback
     # both designs fail (a stated output error far above the layer's outputs): the long design's
     # error is raised with a note naming the paper's
-    with pytest.raises(RecoveryError) as info:
+    with pytest.raises(RecoveryError, match="does not show its steps where the stretch puts them") as info:
         learn(TorchOracle(m, readout=r), 4, heads=4, robust=True, seed=1, max_length=4096, output_error=10.0)
-    assert any(note.startswith('robust mode fell back to design="long"') for note in info.value.__notes__)
+    notes = [n for n in info.value.__notes__ if n.startswith('robust mode fell back to design="long"')]
+    assert len(notes) == 1 and "after this: " in notes[0]
+
+
+class _ShortContext:
+    """An oracle that garbles sequences longer than 512 tokens (a layer with a short context)."""
+
+    def __init__(self, oracle):
+        self.oracle, self.d, self.queries, self.exact, self.dps = oracle, oracle.d, 0, False, None
+
+    def batch(self, Xs):
+        y = self.oracle.batch(Xs)
+        self.queries = self.oracle.queries
+        if np.shape(Xs)[1] > 512:
+            y = y + np.random.default_rng(len(Xs)).normal(size=y.shape)
+        return y
+
+
+def test_robust_fallback_returns_the_paper_recovery_when_the_long_design_raises():
+    m, r = _small_layer(0), np.random.default_rng(0).normal(size=4)
+    plain = learn(TorchOracle(m, readout=r), 4, heads=4, robust=True, seed=0)
+    oracle = _ShortContext(TorchOracle(m, readout=r))
+    rec = learn(oracle, 4, heads=4, robust=True, seed=0, max_length=4096)
+    assert rec.error_estimate == plain.error_estimate and rec.max_length == plain.max_length
+    assert "the paper's recovery is returned" in rec.diagnostics.fallback
+    assert rec.diagnostics.fallback.startswith("the paper's design returned an error estimate")
+    assert rec.queries["abandoned"] > 0 and rec.queries["total"] == oracle.queries
+    assert rec.queries["total"] == plain.queries["total"] + rec.queries["abandoned"]

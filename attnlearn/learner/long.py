@@ -431,7 +431,7 @@ def probe_scale(ctx, *, rng):
     r"""Four configurations at :math:`|u|=|q|=d^{1/4}` (so :math:`c_h` has unit spread for
     :math:`W\sim\mathcal N(0,1/d)`); returns the scale :math:`s` of :math:`u` and :math:`q` that
     brings the root mean square of the :math:`c_h` seen to ``tol.spread`` nats (:math:`c` is
-    bilinear in :math:`u,q`), the correction clipped to ``tol.scale_clip``."""
+    """
     d, H, tol = ctx.d, ctx.H, ctx.tol
     s0 = d**0.25
     seen = []
@@ -457,7 +457,8 @@ def coarse_pass(ctx, u, scale, *, rng):
     1. :func:`_anchor`: ``tol.base_tries`` random :math:`q` of norm ``scale``, each fitted
        alone; the one whose steps are best separated relative to their extent (smallest gap
        over largest :math:`|c_h|`) is the anchor :math:`q_0`, stretched (:math:`c` is linear in
-       :math:`q`) so that its farthest step sits ``tol.stretch`` nats out, and asked again.
+       :math:`q`; with biases affine, measured from the group's origin) so that its farthest step
+       sits ``tol.stretch`` nats out (from the origin's), and asked again.
     2. :math:`2d` nudged configurations :math:`q_0+\eta w_j` (:math:`w_j` two random orthonormal
        bases): :math:`\eta` moves the steps by about ``tol.nudge`` of the anchor's smallest gap,
        so every configuration's fit starts at the anchor's positions and its heads are labelled
@@ -513,16 +514,18 @@ def _anchor(ctx, u, scale, *, rng):
     position, ``reach`` the root mean square of the part of its positions that is linear in
     :math:`q` (all of them without biases).
 
-    With score biases a step sits at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top c_h`:
-    affine in :math:`q`, not linear. The group's *origin* :math:`q=0` (:func:`_origin`) shows
-    :math:`-\kappa_h`, and the stretch by :math:`\alpha` moves the candidate's steps from
-    :math:`c_h` to :math:`\alpha(c_h+\kappa_h)-\kappa_h`.
+With score biases :math:`b_h` (here so named: :math:`c_h` is a step's position) a step sits
+    at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top b_h`: affine in :math:`q`, not
+    linear. The group's *origin* :math:`q=0` (:func:`_origin`) shows :math:`-\kappa_h`, and the
+    stretch by :math:`\alpha` moves the candidate's steps from :math:`c_h` to
+    :math:`\alpha(c_h+\kappa_h)-\kappa_h`.
 
     Raises
     ------
     IllConditionedError
-        No candidate fitted within the noise, or the stretched configuration's steps are not
-        where the candidate's, stretched, predict them (positions not linear in :math:`q`).
+        No candidate fitted within the noise, the origin not fitted (:func:`_origin`), or the
+        stretched configuration's steps are not where the candidate's, stretched, predict them
+        (positions not affine in :math:`q`, or a head mislabelled).
     """
     d, H, tol = ctx.d, ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
@@ -538,14 +541,14 @@ def _anchor(ctx, u, scale, *, rng):
             continue
         sep = (np.min(np.diff(c)) if H > 1 else 1.0) / max(np.max(np.abs(c)), 1e-12)
         if best is None or sep > best[0]:
-            best = (sep, q, c, g)
+            best = (sep, q, c, g, (F, sd, e, C))
     if best is None:
         raise IllConditionedError(
             f"no configuration of a group was fitted within {tol.chi2_factor:g} x its noise (best chi2 per "
             f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
             "or the steps are beyond the window")
-    _, q, c, g = best
-    origin = _origin(ctx, u, g) if ctx.bias else np.zeros(H)  # the steps at q = 0: -kappa_h
+    _, q, c, g, seen = best
+    origin = _origin(ctx, u, g, (*seen, c)) if ctx.bias else np.zeros(H)  # the steps at q = 0: -kappa_h
     alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)), 1e-12), *tol.stretch_clip))
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
@@ -563,38 +566,69 @@ def _anchor(ctx, u, scale, *, rng):
     return q0, F, sd, e, single, reach
 
 
-def _origin(ctx, u, g):
+def _origin(ctx, u, g, candidate):
     r"""With score biases: the positions :math:`-\kappa_h` of the group's steps at :math:`q=0`
     (the configuration :math:`x=-u`, :math:`q=0`), fitted with the heights ``g`` of the anchor's
     candidate fixed (so labelled as its heads), from the starts of :func:`_origin_starts` until
-    one fits within the noise.
+    one fits within the noise. When none does, the best is refitted jointly with the candidate
+    (``candidate``: its ``(F, sd, ends, C, c)``; :func:`_joint_positions`, the heights shared
+    and free): the candidate's heights carry their own error, and a float64 oracle's noise is so
+    small that a height off in its sixth digit puts the origin's :math:`\chi^2` a hundred times
+    above its noise (drawn biases, steps of opposite heights close together).
 
     Raises
     ------
     IllConditionedError
-        No start fits within the noise."""
+        Neither fits within the noise."""
     tol = ctx.tol
     q = np.zeros(ctx.d)
     F, sd = ctx.config(u, q)
     ends = tuple(np.array([x]) for x in ctx.ends(u, q))
     limit = tol.chi2_factor * (len(ctx.z) + 2)
-    best = (np.inf, None)
+    best = (np.inf, None, None)
     for start in _origin_starts(ctx, F, sd, ends):
-        c, _, cost = _positions_only(ctx.z, F, sd, g, start, ends, 0)
+        c, C, cost = _positions_only(ctx.z, F, sd, g, start, ends, 0)
         if cost < best[0]:
-            best = (cost, c)
+            best = (cost, c, C)
         if cost <= limit:
             return c
+    cost, c, C = best
+    Fc, sdc, ec, Cc, cc = candidate
+    c, chi2 = _joint_positions(ctx.z, (Fc, F), (sdc, sd), (ec, tuple(e[0] for e in ends)), g, (Cc, C), (cc, c))
+    if max(chi2) <= limit:
+        return c[1]
     raise IllConditionedError(
         f"a group's origin (q = 0) is not fitted within {tol.chi2_factor:g} x its noise by the anchor's heights (chi2 "
-        f"{best[0]:.3g}): its score biases cannot be placed")
+        f"{cost:.3g}; jointly with the anchor's candidate {max(chi2):.3g}): its score biases cannot be placed")
+
+
+def _joint_positions(z, Fs, sds, ends, g, Cs, cs):
+    r"""Two configurations fitted together with shared, free heights (weighted LM from ``g``,
+    ``Cs``, ``cs``; the ends as pseudo-observations, as in :func:`fit_config`, without its prior on
+    the positions). Returns both configurations' positions and :math:`\chi^2`."""
+    H = len(g)
+
+    def res(p):
+        out = []
+        for j in range(2):
+            C, c = p[H + j * (H + 1)], p[H + j * (H + 1) + 1:H + (j + 1) * (H + 1)]
+            Vq, Vq_sd, Vx, Vx_sd = ends[j]
+            out.append(np.concatenate([(_curve(z, C, c, p[:H]) - Fs[j]) / sds[j],
+                                       [(C - Vq) / Vq_sd, (C + p[:H].sum() - Vx) / Vx_sd]]))
+        return np.concatenate(out)
+
+    p0 = np.concatenate([g, [Cs[0]], cs[0], [Cs[1]], cs[1]])
+    sol = least_squares(res, p0, method="lm", x_scale="jac", max_nfev=200 * len(p0))
+    r = sol.fun.reshape(2, -1)
+    c = [sol.x[H + j * (H + 1) + 1:H + (j + 1) * (H + 1)] for j in range(2)]
+    return c, [float(np.sum(rj ** 2)) for rj in r]
 
 
 def _origin_starts(ctx, F, sd, ends):
     """:func:`_origin`'s starts, lazily, cheapest first: coinciding positions (zero biases), every
-    order of a one-nat grid, every order of the positions of a free fit of the same answers
-    (:func:`fit_config`: drawn biases put the steps several nats apart, some beyond the window),
-    then ``tol.repair_random`` random positions over one and a half windows."""
+    order (at most ``tol.max_permutations``) of a one-nat grid and of the positions of a free fit
+    of the same answers (:func:`fit_config`: drawn biases put the steps several nats apart, some
+    beyond the window), then ``tol.repair_random`` random positions over one and a half windows."""
     H, tol = ctx.H, ctx.tol
     yield np.zeros(H)
     grid = np.arange(H) - (H - 1) / 2
@@ -765,7 +799,7 @@ def regress_y(Q, fit, *, tol, intercept=False):
     Raises
     ------
     IllConditionedError
-        Fewer than :math:`d+1` configurations left for some head, fewer than
+        Fewer than :math:`d+1` configurations (:math:`d+2` with the intercept) left for some head, fewer than
         ``tol.regression_keep`` of them kept, or a reduced :math:`\chi^2` above
         ``tol.regression_chi2`` (mislabelled heads: the positions are not linear in :math:`q`).
     """
@@ -902,7 +936,7 @@ def solve_heads(U, groups, perms):
     d = U.shape[0]
     H = perms.shape[1]
     Uinv = np.linalg.inv(U)
-    Yh = np.array([[groups[k]["Y"][perms[k][h]] for k in range(d)] for h in range(H)])  # (H, d, d)
+    Yh = np.array([[groups[k]["Y"][perms[k][h]] for k in range(d)] for h in range(H)])  # (H, d, d[+1])
     Gh = np.array([[groups[k]["g"][perms[k][h]] for k in range(d)] for h in range(H)])  # (H, d)
     W = np.einsum("ij,hjk->hik", Uinv, Yh)  # with biases (H, d, d + 1): [W_h  c_h]
     v = -Gh @ Uinv.T
@@ -1069,7 +1103,7 @@ def learn_long(ask, opt, tol):
              else canonical(MultiHeadAttention(W, v)))
     queries = {"design": ask.queries - start - redraw_queries, "constants": 0, "redraws": redraw_queries,
                "holdout": 0}
-    Fscale = max(np.max(np.abs(ctx.V)) * scale, 1e-300)
+    Fscale = max(np.max(np.abs(ctx.V)) * scale + abs(ctx.beta), 1e-300)  # beta = 0 without biases
     eps_out = absolute + ctx.relative * Fscale + 4 * np.finfo(float).eps * Fscale
     diag = Diagnostics(labels=[f"group({k + 1})" for k in range(d)], pairs=[(int(L - bb), int(bb)) for bb in b],
                        interp_residual=np.array([g["reduced"] for g in groups]),

@@ -165,7 +165,7 @@ def learn_cost(d, n, *, robust, holdout, bias=False, design="paper"):
     biased design's :math:`4nd^2+4nd-2n+1`, :func:`~.bias.bias_budget`), robust mode's :math:`d-1`
     constants (:math:`d` with ``bias``) and the verification queries (:func:`holdout_count`; the lean
     design's :func:`~.lean.lean_holdout_count`) (robust mode's redraws depend on the answers and are
-    not counted)."""
+    not counted; neither is robust mode's fallback, :func:`fallback_cost`)."""
     if design == "lean":
         (count, longest), held_out = lean_budget(d, n), lean_holdout_count(holdout, n)
     else:
@@ -352,13 +352,15 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         float64 practice mode: query each block's constant :math:`V^\top q_k` directly
         (:math:`d-1` extra queries, :math:`d` with ``bias=True``, reported) instead of deriving
         it from the learned :math:`V`, and redraw ill-conditioned configurations (reported).
-        ``design="paper"`` only. With ``heads`` given and ``max_length`` given explicitly and at
+        ``design="paper"`` only. With ``heads`` given (at most
+        :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`) and ``max_length`` given explicitly and at
         least :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`, robust mode falls back to
         ``design="long"`` (queries of ``min(max_length, 4096)`` tokens) when the paper's design
         raises a :class:`RecoveryError` or returns an error estimate above ``accuracy`` (default
         :data:`~attnlearn.learner.tolerances.FALLBACK_ESTIMATE`, 1e-6): the abandoned queries
         are reported as ``queries["abandoned"]``, the reason as ``diagnostics.fallback``, and
-        ``max_queries`` counts the long design's queries too (chapter 7).
+        ``max_queries`` counts the long design's queries too (chapter 7). If the long design
+        raises too, the paper's recovery is returned when there was one, else the error.
     output_error : float, optional, keyword-only
         Bound :math:`\varepsilon` on the absolute error of each oracle output. Default:
         :math:`10^{-\mathrm{dps}}` times the output scale in exact mode, and
@@ -401,7 +403,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         Refuse, before any query, a request that needs more queries than this: the design's
         :math:`4nd^2-2n+1`, robust mode's :math:`d-1` constants and the verification queries
         (:func:`holdout_count`: up to 4 check queries, then random sequences, at least one of
-        every length up to :math:`2n+1`); robust mode's redraws
+        every length up to :math:`2n+1`), and the long design's queries when robust mode may
+        fall back to it (``robust``); robust mode's redraws
         depend on the answers and are not counted. Default
         :data:`~attnlearn.learner.tolerances.MAX_QUERIES` (:math:`10^7`).
     max_length : int, keyword-only
@@ -409,7 +412,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         longer than this. Default :data:`~attnlearn.learner.tolerances.MAX_LENGTH` (129,
         i.e. :math:`n\le 64`). With ``design="long"`` it must be given (at least
         :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`): every ratio query is
-        ``max_length`` tokens long.
+        ``max_length`` tokens long. Given (at least that) with ``robust`` and ``heads``, it
+        allows robust mode's fallback to the long design.
     scale : {"probe", "search"}, keyword-only
         How the query scale is found (:mod:`attnlearn.learner.scale`, chapter 7): ``"probe"``
         (default), the probe's factor clipped to :math:`[1/16,4]`; ``"search"`` (float64 only,
@@ -542,8 +546,10 @@ def _with_fallback(pipeline):
     :data:`~.tolerances.FALLBACK_ESTIMATE`), the long design (:func:`~.long.learn_long`,
     ``design="long"`` at ``opt.fallback`` tokens, with ``bias`` as asked, ``output_error`` as
     the absolute noise). The recovery reports the abandoned attempt's queries as
-    ``queries["abandoned"]`` (in the total) and why as ``diagnostics.fallback``; when the long
-    design fails too, its error is raised with a note naming the first.
+    ``queries["abandoned"]`` (in the total) and why as ``diagnostics.fallback``. When the long
+    design fails too, the paper's recovery is returned if there was one (its estimate is honest,
+    only poor; the long design's queries are then the abandoned ones), else the long design's
+    error is raised with a note naming the first.
 
     The paper's design separates the heads of a configuration by :math:`2n` nodes in a window of
     :math:`\log 2n` nats; PyTorch's default initialisation crowds the poles of four heads there
@@ -553,24 +559,31 @@ def _with_fallback(pipeline):
 
     def run(oracle, opt, tol):
         start = oracle.queries
+        paper = None
         try:
-            rec = pipeline(oracle, opt, tol)
-            if rec.error_estimate <= opt.fallback_above:
-                return rec
-            first = (f"the paper's design returned an error estimate {float(rec.error_estimate):.1e}, above "
-                     f"{opt.fallback_above:.0e}")
+            paper = pipeline(oracle, opt, tol)
+            if paper.error_estimate <= opt.fallback_above:
+                return paper
+            first = (f"the paper's design returned an error estimate {float(paper.error_estimate):.1e}, above "
+                     f"{opt.fallback_above:g}")
         except RecoveryError as exc:
             first = f"{type(exc).__name__}: {exc}"
-        abandoned = oracle.queries - start
+        mid = oracle.queries
+        abandoned = mid - start
         long_opt = replace(opt, design="long", max_length=opt.fallback, robust=False, nodes="ratios", spread=1.0,
                            method="linearised", redraw_rounds=0, scale="probe", relative_error=0.0,
                            output_error=0.0 if opt.output_error is None else float(opt.output_error))
         try:
             rec = learn_long(oracle, long_opt, tol)
         except RecoveryError as exc:
-            exc.add_note(f'robust mode fell back to design="long" (queries of {opt.fallback} tokens) after this: '
-                         f"{first}")
-            raise
+            if paper is None:
+                exc.add_note(f'robust mode fell back to design="long" (queries of {opt.fallback} tokens) after '
+                             f"this: {first}")
+                raise
+            # the paper's recovery stands, with its own (honest, if poor) estimate
+            rec, first = paper, (f'{first}; design="long" (queries of {opt.fallback} tokens) then raised '
+                                 f"{type(exc).__name__}: {exc}; the paper's recovery is returned")
+            abandoned = oracle.queries - mid
         rec.queries["abandoned"] = abandoned
         rec.queries["total"] += abandoned
         rec.diagnostics.fallback = first

@@ -107,7 +107,9 @@ class Recovery:
     queries : dict
         ``design`` (the paper's :math:`4nd^2-2n+1`), ``constants`` (robust mode's extra
         constant queries), ``redraws`` (robust mode's redrawn configurations and block
-        constants), ``holdout`` (verification queries) and ``total``.
+        constants), ``holdout`` (verification queries) and ``total``; after robust mode's
+        fallback to the long design also ``abandoned`` (the queries of the attempt whose result
+        is not returned, in the total).
     max_length : int
         Longest query asked by the design.
     output_error : float or mpmath.mpf
