@@ -7,6 +7,7 @@
     python benchmarks/torch_layers.py --vector            # readout=None: value-output maps, H = 2, d = 8
     python benchmarks/torch_layers.py --bias drawn --heads 1 2   # bias=True, biases drawn N(0, 1), learn(bias=True)
     python benchmarks/torch_layers.py --heads 4 --json out.json  # ... and save every run (chapter 7 loads them)
+    python benchmarks/torch_layers.py --modes "robust, max_length=4096"   # robust mode's fallback to design="long"
 
 Every model is ``torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True)`` with PyTorch's
 default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a random
@@ -16,7 +17,9 @@ default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a rand
 ``robust+search`` (both), and ``long, L=64``
 (``design="long", max_length=64``, for a float32 module with ``relative_error=oracle.ratio_noise(64)``,
 its noise on ratio queries measured against a float64 copy: chapter 7's float32 section) and ``long,
-L=4096`` (a float64 module: the learner's own model of float64 rounding); scored
+L=4096`` (a float64 module: the learner's own model of float64 rounding), and ``robust,
+max_length=4096`` (robust mode allowed to fall back to ``design="long"`` at 4096 tokens where the
+paper's design raises or returns an estimate above 1e-6; a record's ``fallback`` says why); scored
 with :func:`attnlearn.param_error` against ``canonical(from_torch(module, readout=r))``.
 
 With ``--bias default`` the modules have ``bias=True`` and PyTorch's initial biases (zero), with
@@ -31,8 +34,8 @@ target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (ove
 
 ``--json PATH`` writes every run as a record (``d``, ``H``, ``mode``, ``dtype``, ``bias``,
 ``seed``, ``outcome`` "returned" or the exception's name, ``error``, ``estimate``, ``target``,
-``silent``, ``queries``; a return's ``probe_scales`` and ``longest``, a raise's ``message``); chapter 7
-loads ``benchmarks/results/torch_*.json``.
+``silent``, ``queries``; a return's ``probe_scales``, ``longest`` and ``fallback``, a raise's
+``message``); chapter 7 loads ``benchmarks/results/torch_*.json``.
 
 Measured (2026-12-03, this machine, ``--dtype float32 --heads H --modes "long, L=64" --json
 benchmarks/results/torch_float32_long_hH.json``, one row per run; the long design's groups on
@@ -46,6 +49,14 @@ orthogonal directions, _trim and rounding 1/2: 1/20).
 Float64, ``--heads 4 --modes "long, L=4096" --json benchmarks/results/torch_float64_long_h4.json``:
 20/20 to 1e-4 (median 5.9e-11, 36944 queries per layer, 0 raised, 0 silent, about 80 s per layer;
 at 2309a43: 18/20, median 2.2e-10), against robust+search's 14/20 (``torch_float64_h4.json``).
+Robust mode with its fallback (2026-12-04, code a13b4de, ``--heads 1 2 4 --modes "robust,
+max_length=4096" --bias B --json benchmarks/results/torch_float64_fallback_B.json``, B = none and
+default; two runs side by side, 53 and 47 min): bias=False H = 1 20/20 to 1e-6 (median 2.8e-12,
+1078 queries, none fell back), H = 2 20/20 (2.5e-12, 28840: every one fell back after a paper
+estimate above 1e-6), H = 4 20/20 to 1e-4 (5.9e-11, 36953: every one after a raise); PyTorch's
+zero biases: 20/20 (3.9e-12, 1146), 20/20 (2.5e-12, 29064), 20/20 (2.7e-11, 39290); 0 raised,
+0 silent, largest error/estimate 1.02. The later changes to the long design (the origin's joint
+refit, eps_out with beta) do not touch these runs: zero biases fit the origin from its first start.
 """
 
 import argparse
@@ -173,7 +184,8 @@ def main():
     ap.add_argument("--models", type=int, default=20)
     ap.add_argument("--heads", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
-    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=None,
+                    help="default: the paper design's modes (default, search, robust, robust+search)")
     ap.add_argument("--vector", action="store_true", help="value-output maps (readout=None), default d = 8, H = 2")
     ap.add_argument("--bias", choices=["none", "default", "drawn"], default="none",
                     help="bias=True modules (PyTorch's zero biases, or drawn N(0, 1)), learn(bias=True)")
@@ -181,6 +193,9 @@ def main():
     args = ap.parse_args()
     if args.json and args.vector:
         ap.error("--json records the scalar rows only (not --vector)")
+    args.modes = args.modes or ["default", "search", "robust", "robust+search"]
+    if args.vector and any("design" in MODES[m] or "max_length" in MODES[m] for m in args.modes):
+        ap.error("--vector learns with the paper's design only (learn_vector): not the long modes")
     torch.set_num_threads(1)
     if args.vector:
         d = 8 if args.d == 16 else args.d
