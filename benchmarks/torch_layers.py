@@ -57,6 +57,10 @@ estimate above 1e-6), H = 4 20/20 to 1e-4 (5.9e-11, 36953: every one after a rai
 zero biases: 20/20 (3.9e-12, 1146), 20/20 (2.5e-12, 29064), 20/20 (2.7e-11, 39290); 0 raised,
 0 silent, largest error/estimate 1.02. The later changes to the long design (the origin's joint
 refit, eps_out with beta) do not touch these runs: zero biases fit the origin from its first start.
+Drawn N(0, 1) biases (code 5d52481, with the joint refit; ``--heads 4 --modes "robust,
+max_length=4096" --bias drawn --json benchmarks/results/torch_float64_fallback_drawn_h4.json``,
+32 min): H = 4 20/20 to 1e-4 (median 1.1e-10, 48370 queries; 19 fell back after a raise, 1 after
+an estimate of 0.47), 0 raised, 0 silent.
 """
 
 import argparse
