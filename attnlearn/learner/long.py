@@ -431,7 +431,11 @@ def probe_scale(ctx, *, rng):
     r"""Four configurations at :math:`|u|=|q|=d^{1/4}` (so :math:`c_h` has unit spread for
     :math:`W\sim\mathcal N(0,1/d)`); returns the scale :math:`s` of :math:`u` and :math:`q` that
     brings the root mean square of the :math:`c_h` seen to ``tol.spread`` nats (:math:`c` is
-    """
+    bilinear in :math:`u,q`), the correction clipped to ``tol.scale_clip``. With score biases
+    the positions also hold :math:`-\kappa_h=-u^\top c_h`, linear in :math:`u` alone, so that
+    part of the measured spread moves as the square root of the correction: large biases leave
+    the bilinear part below ``tol.spread`` (the anchor's stretch, measured from the group's
+    origin, then spreads the steps)."""
     d, H, tol = ctx.d, ctx.H, ctx.tol
     s0 = d**0.25
     seen = []
@@ -514,7 +518,7 @@ def _anchor(ctx, u, scale, *, rng):
     position, ``reach`` the root mean square of the part of its positions that is linear in
     :math:`q` (all of them without biases).
 
-With score biases :math:`b_h` (here so named: :math:`c_h` is a step's position) a step sits
+    With score biases :math:`b_h` (here so named: :math:`c_h` is a step's position) a step sits
     at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top b_h`: affine in :math:`q`, not
     linear. The group's *origin* :math:`q=0` (:func:`_origin`) shows :math:`-\kappa_h`, and the
     stretch by :math:`\alpha` moves the candidate's steps from :math:`c_h` to
