@@ -29,8 +29,15 @@ module                    stage
 ========================  ==================================================================
 """
 
+from .bias import bias_budget, bias_error
+from .lean import lean_budget, lean_nodes
+from .long import long_cost, ratio_grid
+from .long_info import information_limit, spacing_sd
 from .pipeline import learn
 from .results import Diagnostics, Recovery, query_budget
-from .tolerances import Tolerances
+from .tolerances import LongTolerances, Tolerances
 
-__all__ = ["learn", "Recovery", "Diagnostics", "query_budget", "Tolerances"]
+# The learner's public names: what the book and the benchmarks import (``from attnlearn.learner import ...``).
+__all__ = ["learn", "Recovery", "Diagnostics", "query_budget", "Tolerances", "LongTolerances",
+           "bias_budget", "bias_error", "lean_budget", "lean_nodes", "long_cost", "ratio_grid",
+           "information_limit", "spacing_sd"]
