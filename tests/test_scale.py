@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from attnlearn import Oracle, RecoveryError, canonical, learn, param_error
+from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error
 from attnlearn.learner.pipeline import holdout_count
 from attnlearn.learner.tolerances import Tolerances
 from attnlearn.model import random_model
@@ -28,14 +28,38 @@ def test_one_head_keeps_the_clip():
     assert rec.diagnostics.scale["factor"] == 4.0
 
 
-@pytest.mark.parametrize("H, d, seed, probes", [(4, 4, 2, 2), (4, 4, 3, 3), (3, 4, 1, 2)])
-def test_crowded_probe_is_reprobed_and_counted(H, d, seed, probes):
-    m = random_model(H, d, seed=seed, scale=0.01)
-    with pytest.raises(RecoveryError, match=r"base\(1,1\)"), np.errstate(all="ignore"):
-        learn(Oracle(m), d, heads=H, seed=seed, robust=True)  # the old rule: the probe base(1,1) fails
-    oracle = Oracle(m)
+class CrowdedProbes:
+    """``model``'s answers, except for the first ``crowded`` probes (base(1,1) at each scale tried):
+    those come from ``model`` with every head's :math:`W_h` set to :math:`W_1`, so their poles
+    coincide exactly (one pole where ``heads`` are asked) whatever the arithmetic, as two heads of
+    a small layer crowd a unit-scale probe."""
+
+    exact, dps = False, None
+
+    def __init__(self, model, crowded):
+        self.real = Oracle(model)
+        self.merged = Oracle(MultiHeadAttention(np.repeat(model.W[:1], model.H, axis=0), model.v))
+        self.d, self.left, self.queries = model.d, crowded * 2 * model.H, 0
+
+    def batch(self, Xs):
+        Xs = np.asarray(Xs)
+        self.queries += len(Xs)
+        if Xs.shape[1] > 1 and self.left > 0:  # the probes' 2H multi-token queries come first
+            self.left -= len(Xs)
+            return self.merged.batch(Xs)
+        return self.real.batch(Xs)
+
+
+@pytest.mark.parametrize("H, probes, seed", [(2, 2, 1), (2, 3, 0), (3, 2, 1), (3, 3, 3)])
+def test_crowded_probe_is_reprobed_and_counted(H, probes, seed):
+    d = 4
+    m = random_model(H, d, seed=seed, scale=16.0 ** (1 - probes))  # the last probe's scale gives |ell| ~ 1
+    with pytest.raises(RecoveryError), np.errstate(all="ignore"):
+        learn(CrowdedProbes(m, 1), d, heads=H, seed=seed, robust=True)  # the old rule keeps the crowded probe
+    oracle = CrowdedProbes(m, probes - 1)
     with np.errstate(all="ignore"):
         rec = learn(oracle, d, heads=H, seed=seed, robust=True, scale="search")
+    assert oracle.left == 0  # every crowded probe was asked, and nothing else was answered crowded
     scales = rec.diagnostics.scale["probe_scales"]
     assert scales == [16.0 ** i for i in range(probes)]
     assert rec.queries["scale"] == (probes - 1) * (2 * H + 1)

@@ -61,13 +61,16 @@ def test_robust_mode_asks_one_constant_per_other_block():
 
 
 def test_a_fit_that_fails_raises_before_any_labelling():
-    """Two heads asked of a model whose probe sees complex poles: the stage raises, not a later one."""
+    """Two heads asked of an oracle whose every configuration has a pair of complex poles: the
+    stage raises, not a later one."""
     class Complex:
         exact, dps, d = False, None, 2
 
-        def batch(self, Xs):  # F(t) = 1/(1 + t^2)-like samples: no real positive poles
-            t = np.array([np.sum(np.all(X == X[-1], axis=1)) for X in Xs], dtype=float)
-            return 1.0 / (1.0 + (np.asarray([len(X) for X in Xs]) - t) ** 2)
+        def batch(self, Xs):  # G(t) = 1/(1 + (t/s)^2), poles t = +-i s, far from the real axis
+            Xs = np.asarray(Xs)
+            t = np.all(Xs == Xs[:, -1:], axis=2).sum(axis=1)
+            s = Xs.shape[1] - t
+            return np.where(s > 0, 1.0 / (1.0 + (t / np.maximum(s, 1)) ** 2), 0.0)
 
     with pytest.raises(PoleError, match=r"rho must be real and > 0|not real"):
         fitted(Complex(), 2, heads=2)
