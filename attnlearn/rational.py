@@ -550,7 +550,9 @@ def gauss_newton_mp(tt, G, ell, gamma, *, steps):
     for _ in range(steps if H else 0):  # no head: nothing to move
         try:
             step, _ = mpmath.qr_solve(_mp_jacobian(tt, [mpmath.exp(e) for e in ell], gamma), r)
-        except ZeroDivisionError:  # a singular Jacobian (two equal poles): keep the fit as it is
+        except (ZeroDivisionError, ValueError) as exc:  # a singular Jacobian (two equal poles): keep the fit
+            if isinstance(exc, ValueError) and "singular" not in str(exc):  # mpmath says "numerically singular"
+                raise
             break
         ell = [ell[h] + step[h] for h in range(H)]
         gamma = [gamma[h] + step[H + h] for h in range(H)]

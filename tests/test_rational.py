@@ -424,3 +424,20 @@ def test_gauss_newton_mp_converges_quadratically_onto_exact_samples():
         assert max(abs(a - b) for a, b in zip(e + g, ell + gam)) < mpmath.mpf(10) ** -18
         e0, g0, r0 = gauss_newton_mp(tt, G, [], [], steps=3)
         assert (e0, g0) == ([], []) and max(abs(x - y) for x, y in zip(r0, G)) == 0
+
+
+def test_gauss_newton_mp_stops_at_a_singular_jacobian():
+    """Two equal poles make the Jacobian singular (mpmath's QR raises "numerically singular"): the
+    steps stop and the fit comes back as it was, with its misses, instead of mpmath's ValueError
+    escaping from the learner's verification stage."""
+    import mpmath
+
+    from attnlearn.rational import gauss_newton_mp
+
+    with mpmath.workdps(30):
+        tt = [mpmath.mpf(t) for t in range(1, 5)]
+        G = [1 / (1 + t) for t in tt]
+        for gap in ("0", "1e-25"):
+            ell, gam = [mpmath.mpf(0), mpmath.mpf(gap)], [mpmath.mpf("0.5"), mpmath.mpf("0.5")]
+            e, g, r = gauss_newton_mp(tt, G, ell, gam, steps=3)
+            assert (e, g) == (ell, gam) and max(abs(x) for x in r) < mpmath.mpf(10) ** -20
