@@ -8,8 +8,8 @@ import numpy as np
 
 from ._arith import is_mp, mp_log, norm, to_mp
 from ._checks import heldout_discrepancy
+from .arguments import check_count, check_oracle, check_seed
 from .errors import CheckFailedError, NotIdentifiableError, RecoveryError
-from .learner.pipeline import check_count, check_oracle, check_seed
 from .model import MultiHeadAttention
 from .protocol import Access
 

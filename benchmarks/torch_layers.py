@@ -72,7 +72,7 @@ import numpy as np
 import torch
 
 from attnlearn import RecoveryError, canonical, learn, param_error
-from attnlearn.learner.bias import bias_error
+from attnlearn.learner.paper.bias import bias_error
 from attnlearn.torch import TorchOracle, from_torch
 
 

@@ -16,9 +16,10 @@ import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, param_error
 from attnlearn._arith import to_mp
 from attnlearn.errors import IllConditionedError, PoleError, RecoveryError, UnmatchedHeadsError
-from attnlearn.learner.lean import extra_node, lean_budget, lean_holdout_count, lean_nodes
+from attnlearn.learner.cost import lean_budget, lean_holdout_count
+from attnlearn.learner.nodes import extra_node, lean_nodes
 from attnlearn.learner.lean_roots import complete_roots
-from attnlearn.learner.pipeline import learn_cost
+from attnlearn.learner.cost import learn_cost
 from attnlearn.model import degenerate, random_model
 
 DPS = 50
@@ -252,7 +253,7 @@ def _learn_extra_sample(oracle, d, H, seed):
     # learn's validation, checked access and precision, then the variant with H + 1 samples
     from attnlearn._arith import working_precision
     from attnlearn.learner.lean import learn_lean
-    from attnlearn.learner.pipeline import _options
+    from attnlearn.learner.options import build_options as _options
     from attnlearn.protocol import Access
 
     opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,

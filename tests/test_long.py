@@ -5,8 +5,11 @@ import pytest
 
 from attnlearn import IllConditionedError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
 from attnlearn.layer import AttentionLayer
-from attnlearn.learner.bias import bias_error
-from attnlearn.learner.long import fit_config, long_cost, noise_sd, ratio_grid
+from attnlearn.learner.paper.bias import bias_error
+from attnlearn.learner.cost import long_cost
+from attnlearn.learner.long import fit_config
+from attnlearn.learner.nodes import ratio_grid
+from attnlearn.learner.samples import noise_sd
 from attnlearn.learner.tolerances import LongTolerances
 from attnlearn.model import random_model
 from attnlearn.sweeps import run_trials

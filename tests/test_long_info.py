@@ -8,7 +8,8 @@ import pytest
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from attnlearn.learner.long import noise_sd, ratio_grid
+from attnlearn.learner.nodes import ratio_grid
+from attnlearn.learner.samples import noise_sd
 from attnlearn.learner.long_info import information, information_limit, spacing_sd, step_sd
 from attnlearn.learner.tolerances import LongTolerances
 

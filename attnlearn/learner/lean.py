@@ -35,7 +35,6 @@ import contextlib
 import itertools
 import math
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -44,11 +43,16 @@ from .._arith import mp_solve, to_float, to_mp
 from ..errors import IllConditionedError, PoleError, UnmatchedHeadsError
 from ..rational import fit_checked, fit_min_degree
 from .asking import ask_nodes
-from .checks import check_significant, finish, zero_function
-from .design import node_pairs, scale_factor, unit_rows
-from .fitting import sample_errors
+from .finish import finish, zero_function
+from .heads import check_significant
+from .nodes import node_pairs, scale_factor, unit_rows
+from .samples import sample_errors
 from .lean_roots import complete_roots
-from .solves import HeadMatrices, canonical_heads
+from .heads import HeadMatrices, canonical_heads
+from .cost import lean_budget
+from .cost import lean_holdout_count
+from .nodes import lean_nodes
+from .nodes import extra_node
 
 __all__ = ["lean_budget", "lean_holdout_count", "lean_nodes", "extra_node", "LeanDirections", "draw_lean",
            "phase_two_directions", "PhaseOne", "phase_one", "match_links", "screen_extra", "BlockRoots",
@@ -86,54 +90,6 @@ def _ask_nodes(access, U, q, pairs, what):
     conv = (lambda a: a) if access.exact else to_float
     F = ask_nodes(access, conv(U), conv(q)[None], np.zeros(len(U), dtype=int), pairs, what)
     return to_mp(F)
-
-
-def lean_budget(d, n):
-    r"""The lean design's count :math:`n(d^2+d)+2d-1` (:math:`d^2+d+1` for :math:`n=1`) and its
-    longest query :math:`2n+1`, when all :math:`n` heads are canonical and a check query is
-    needed in every block (an upper bound otherwise).
-
-    Used in: chapter 8 (and by :func:`attnlearn.learner.pipeline.learn_cost`)."""
-    extra = 2 * (d - 1) if n >= 2 else 0  # the links and the checks
-    return 1 + 2 * n * d + n * d * (d - 1) + extra, 2 * n + 1
-
-
-def lean_holdout_count(holdout, n):
-    r"""Verification queries the lean design asks for ``holdout``: held-out random sequences only
-    (:func:`~.checks.finish`), at least one of every length :math:`1..2n+1`, so
-    :math:`\max(\text{holdout}, 2n+1)`, or 0 when ``holdout`` is 0. (The paper design's first
-    verification queries are check queries on its fits, :func:`~.pipeline.holdout_count`; the
-    lean design's own links and check queries already test its fits, inside its count.)
-
-    Used in: chapter 8 (and by :func:`attnlearn.learner.pipeline.learn_cost`)."""
-    return max(holdout, 2 * n + 1) if holdout else 0
-
-
-def lean_nodes(m):
-    r"""The :math:`m` nodes :math:`\tau=t/s` of a phase-2 configuration, as ``(s, t)`` pairs with
-    :math:`s+t\le m+1` (:math:`s+t=2` for :math:`m=1`), spread evenly in :math:`\log\tau` about 1.
-
-    Used in: chapter 8."""
-    if m == 1:
-        return [(1, 1)]
-    cands = sorted({Fraction(t, s) for s in range(1, m + 1) for t in range(1, m + 1) if s + t <= m + 1})
-    out = []
-    for x in np.exp(np.linspace(-1, 1, m) * np.log(m / 2 + 1)):
-        out.append(min((c for c in cands if c not in out), key=lambda c: abs(math.log(float(c) / x))))
-    return [(c.denominator, c.numerator) for c in sorted(out)]
-
-
-def extra_node(m):
-    r"""The :math:`(m+1)`-th node ``(s, t)`` of a phase-2 configuration in the variant with
-    :math:`m+1` samples (``extra_sample=True``): the ratio :math:`t/s` with :math:`s+t\le m+2`
-    not among :func:`lean_nodes` nearest to 1 (in :math:`\log\tau`), so no query is longer
-    than phase 1's :math:`2n+1`.
-
-    Used in: chapter 8."""
-    used = {Fraction(t, s) for s, t in lean_nodes(m)}
-    cands = sorted({Fraction(t, s) for s in range(1, m + 2) for t in range(1, m + 2) if s + t <= m + 2} - used)
-    c = min(cands, key=lambda c: (abs(math.log(float(c))), c))
-    return c.denominator, c.numerator
 
 
 def screen_extra(cands, gamma, tau_e, G_e, *, tau, dG, dgam, tol):
@@ -235,7 +191,7 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     InconsistentHeadCountError, PoleError
         A fit (:func:`attnlearn.rational.fit_checked`).
     IllConditionedError
-        A vanishing residue or two coinciding poles (:func:`~.checks.check_significant`).
+        A vanishing residue or two coinciding poles (:func:`~attnlearn.learner.heads.check_significant`).
     UnmatchedHeadsError
         A link that no pairing, or more than one, reproduces.
 
@@ -548,7 +504,7 @@ def _block_errors(p1, blk, qj, eps):
 def solve_heads(p1, blocks, Q, eps):
     r""":math:`W_hq_j=U_j^{-1}\ell_h` for every block, :math:`W_h=[W_hq_0\cdots W_hq_{d-1}]Q^{-1}`
     (``Q`` columns :math:`q_j`), with the first-order bounds of the columns. Returns
-    :class:`~.solves.HeadMatrices`.
+    :class:`~attnlearn.learner.heads.HeadMatrices`.
 
     Used in: chapter 8."""
     d, m = Q.shape[0], p1.m
@@ -603,7 +559,7 @@ class LeanDiagnostics:
 
 def learn_lean(access, opt, tol, *, extra_sample=False):
     r"""The lean design's pipeline (``learn(..., design="lean")``): phase 1, phase 2 per final
-    token, the solves, the canonical form, :func:`~.checks.finish` (held-out queries reported
+    token, the solves, the canonical form, :func:`~attnlearn.learner.finish.finish` (held-out queries reported
     apart). ``access`` is the checked, counting :class:`attnlearn.protocol.Access`.
 
     ``extra_sample=True`` is the variant with :math:`m+1` samples per phase-2 configuration

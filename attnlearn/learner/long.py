@@ -43,7 +43,7 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (``/work/shared/DE
 7. :func:`solve_heads`: :math:`W_h=U^{-1}Y_h`, :math:`v_h=-U^{-1}\Gamma_h` (rows of
    :math:`U` the :math:`u_k`, rows of :math:`Y_h` the :math:`y_{h,k}^\top`).
 8. :func:`estimate_error`: the inverse Fisher matrix of every group's fit propagated through
-   the regression and the solves, then :func:`~.checks.finish` (held-out queries).
+   the regression and the solves, then :func:`~attnlearn.learner.finish.finish` (held-out queries).
 
 **Score biases** (``bias=True``, PyTorch's ``bias=True``: score :math:`x_i^\top(W_hx_N+c_h)`,
 output offset :math:`\beta`). A step then sits at :math:`-y_h^\top q-\kappa_h` with
@@ -82,9 +82,12 @@ from ..canonical import canonical
 from ..errors import CheckFailedError, IllConditionedError, UnmatchedHeadsError
 from ..layer import AttentionLayer
 from ..model import MultiHeadAttention
-from .checks import finish
+from .finish import finish
 from .results import Diagnostics
 from .tolerances import LongTolerances
+from .cost import long_cost
+from .nodes import ratio_grid
+from .samples import noise_sd
 
 __all__ = ["learn_long", "long_cost", "ratio_grid", "noise_sd", "ask_V", "probe_scale", "fit_config",
            "fit_group", "regress_y", "coarse_pass", "random_pass", "placed_pass", "link_groups", "solve_heads",
@@ -94,52 +97,6 @@ __all__ = ["learn_long", "long_cost", "ratio_grid", "noise_sd", "ask_V", "probe_
 #: Standard deviation of the weak prior on every step position (nats): the window's width at
 #: L = 4096. It only holds a step beyond the window (whose position the data do not fix).
 PRIOR = 16.0
-
-
-# ---------------------------------------------------------------- the design and its cost
-def ratio_grid(L, R):
-    r"""The ratios of a configuration: integers :math:`b` (copies of :math:`q`) with
-    :math:`a=L-b` and :math:`z=\log(b/a)` nearly evenly spaced over the window
-    :math:`[-\log(L-1),\log(L-1)]`; returns ``(b, z)`` (at most ``R`` distinct values)."""
-    zmax = np.log(L - 1)
-    b = np.unique(np.clip(np.rint(L * expit(np.linspace(-zmax, zmax, R))), 1, L - 1).astype(int))
-    return b, np.log(b / (L - b))
-
-
-def long_cost(d, H, L, *, tol, bias=False):
-    """The queries of the long design (by kind) and its longest query, known before any is asked:
-    ``V`` (:math:`d`; :math:`d+1` with ``bias``), the probe, the anchors (with ``bias`` one more
-    configuration per group, its origin), the two passes (:math:`2d` configurations per group
-    each), the links (three per group after the first, none with one head); every configuration
-    costs one query per ratio."""
-    R = len(ratio_grid(L, tol.ratios(H))[0])
-    parts = {"V": d + bias, "probe": tol.probe_configs * R,
-             "anchor": d * (tol.base_tries + 1 + bias) * R if H >= tol.anchored_heads else 0,
-             "coarse": d * tol.per_group(d) * R,
-             "placed": d * tol.per_group(d) * R, "links": (d - 1) * tol.link_configs * R if H > 1 else 0}
-    return parts, L
-
-
-def noise_sd(F, *, absolute, relative, length=1, rounding=1 / 2):
-    r"""Standard deviation of each answer's error: :math:`\sqrt{\varepsilon_a^2+(\varepsilon_rF)^2}`
-    plus the oracle's float64 rounding, :math:`4\epsilon_{64}|F|` and, for a query of ``length``
-    tokens (one configuration's answers ``F``), ``rounding`` times the sequential-summation
-    bound :math:`N\epsilon_{64}\max|F|` (a floor of :math:`10^{-300}`).
-
-    Notes
-    -----
-    An oracle sums :math:`N` softmax terms; in float64 the error of a sequential sum is at most
-    :math:`(N-1)\epsilon_{64}\sum|t_i|`, and for a ratio query (the same two tokens repeated)
-    it does not average out: measured at :math:`N=4096` (``Oracle``) the root mean square
-    error of a configuration's answers is 0.07 to 0.09 of :math:`N\epsilon_{64}\max|F|` in
-    the median, 0.6 in the 99th percentile (2e-14 relative where ``4 eps |F|`` says 9e-16);
-    ``rounding`` (``LongTolerances.rounding``, 1/2) lies between the 90th and the 99th
-    percentile (0.17 to 0.30 and 0.56 to 0.67). Negligible
-    beside float32-level noise; it sets the floor of a float64 oracle."""
-    F = np.abs(np.asarray(F, dtype=float))
-    eps = np.finfo(float).eps
-    floor = rounding * length * eps * (np.max(F) if F.size else 0.0)
-    return np.sqrt(absolute**2 + (relative * F) ** 2) + 4 * eps * F + floor + 1e-300
 
 
 def _ask_ratio(ask, x, q, b, L, chunk):
@@ -958,7 +915,7 @@ def estimate_error(W, v, Uinv, groups, perms, *, tol, beta=None, beta_sd=0.0):
     With score biases (``W`` of :func:`solve_heads`, (H, d, d + 1)) also
     :math:`E\|\Delta c_h\|^2=\sum_k\|U^{-1}e_k\|^2\operatorname{var}\kappa_{h,k}` relative to
     :math:`\max(\|c_h\|,\|W_h\|)` and the offset's standard deviation ``beta_sd`` relative to
-    :math:`\max(|\beta|,\max_h\|v_h\|)`, the measure of :func:`~.bias.bias_error`."""
+    :math:`\max(|\beta|,\max_h\|v_h\|)`, the measure of :func:`~attnlearn.learner.paper.bias.bias_error`."""
     d, H = len(groups), perms.shape[1]
     col = np.sum(Uinv**2, axis=0)  # ||U^-1 e_k||^2
     worst = 0.0
@@ -1086,7 +1043,7 @@ def draw_groups(ctx, scale, *, rng):
 
 def learn_long(ask, opt, tol):
     """The stages of ``learn(..., design="long")`` in order (module docstring); returns the
-    :class:`~.results.Recovery` checked by :func:`~.checks.finish`."""
+    :class:`~.results.Recovery` checked by :func:`~attnlearn.learner.finish.finish`."""
     lt = LongTolerances()
     rng = np.random.default_rng(opt.seed)
     d, H, L = opt.d, opt.n, opt.max_length

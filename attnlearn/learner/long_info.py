@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 
-from .long import noise_sd, ratio_grid
+from .nodes import ratio_grid
+from .samples import noise_sd
 from .tolerances import LongTolerances
 
 __all__ = ["StepBound", "information", "step_sd", "spacing_sd", "information_limit", "SPACINGS"]

@@ -55,7 +55,7 @@ FALLBACK_ESTIMATE = 1e-6
 LONG_MAX_HEADS = 8
 
 #: Digits at which the verification stage polishes a float64 fit onto its own samples (three
-#: Gauss-Newton steps, :func:`~.verify.polish_onto_samples`) before it predicts a check query: the
+#: Gauss-Newton steps, :func:`~attnlearn.learner.paper.verify.polish_onto_samples`) before it predicts a check query: the
 #: float64 parameters are converted exactly, so the step measures and removes the fit's miss of
 #: its samples and not the rounding of a float64 evaluation (about
 #: :math:`\varepsilon_{64}\sum_h|\gamma_h/(1+\rho_ht)|`, above :math:`|F|` where residues cancel).
