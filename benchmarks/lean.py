@@ -36,7 +36,7 @@ import numpy as np
 from attnlearn import Oracle, RecoveryError, canonical, learn, param_error
 from attnlearn._arith import working_precision
 from attnlearn.learner.cost import lean_budget
-from attnlearn.learner.lean import learn_lean
+from attnlearn.learner.lean.run import learn_lean
 from attnlearn.learner.options import build_options as _options
 from attnlearn.learner.tolerances import MAX_LENGTH, MAX_QUERIES
 from attnlearn.protocol import Access

@@ -10,8 +10,7 @@ module                    role
 :mod:`.options`           the validated options of each design (:func:`~.options.build_options`)
 :mod:`.cost`              every design's query count and longest query; absurd costs refused
 :mod:`.paper`             the paper's design (``design="paper"``), one module per stage
-:mod:`.lean`              the lean design of chapter 8 (``design="lean"``)
-:mod:`.lean_roots`        every root of a lean configuration's polynomial system
+:mod:`.lean`              the lean design of chapter 8 (``design="lean"``), one module per stage
 :mod:`.long`              long ratio queries for noisy oracles (``design="long"``)
 :mod:`.long_info`         the Cramér–Rao bound of a long configuration, the information limit
 :mod:`.fallback`          robust mode's fallback to the long design (chapter 7)

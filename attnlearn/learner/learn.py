@@ -17,7 +17,7 @@ from ..errors import RecoveryError
 from ..protocol import Access
 from .accuracy import certifying, check_accuracy, refuse_out_of_reach
 from .fallback import with_fallback
-from .lean import learn_lean
+from .lean.run import learn_lean
 from .options import build_options
 from .paper.bias import learn_biased
 from .paper.run import run as run_paper
@@ -133,7 +133,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :math:`4nd^2-2n+1` queries (claims C6, C7; everything above). ``"lean"``: the lean
         design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most (:math:`d^2+d+1` for one
         head), longest :math:`2n+1`, exact mode or float64
-        (:func:`attnlearn.learner.lean.learn_lean`); its verification queries are held-out
+        (:func:`attnlearn.learner.lean.run.learn_lean`); its verification queries are held-out
         random sequences only, :math:`\max(\text{holdout},2n+1)` of them (its links and check
         queries test its fits inside its count). ``"long"``: long ratio queries
         :math:`(x^a,q^b)`, :math:`a+b=` ``max_length``, and statistical fits weighted by the

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from ..errors import IllConditionedError
+from ...errors import IllConditionedError
 
 __all__ = ["RootSet", "lean_system", "track_paths", "complete_roots"]
 
