@@ -1,4 +1,4 @@
-"""attnlearn.learner.long_info: the Cramér–Rao bound of one long-design configuration."""
+"""attnlearn.learner.long.info: the Cramér–Rao bound of one long-design configuration."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ from scipy.special import expit
 
 from attnlearn.learner.nodes import ratio_grid
 from attnlearn.learner.samples import noise_sd
-from attnlearn.learner.long_info import information, information_limit, spacing_sd, step_sd
+from attnlearn.learner.long.info import information, information_limit, spacing_sd, step_sd
 from attnlearn.learner.tolerances import LongTolerances
 
 

@@ -11,8 +11,7 @@ module                    role
 :mod:`.cost`              every design's query count and longest query; absurd costs refused
 :mod:`.paper`             the paper's design (``design="paper"``), one module per stage
 :mod:`.lean`              the lean design of chapter 8 (``design="lean"``), one module per stage
-:mod:`.long`              long ratio queries for noisy oracles (``design="long"``)
-:mod:`.long_info`         the Cramér–Rao bound of a long configuration, the information limit
+:mod:`.long`              long ratio queries for noisy oracles (``design="long"``), one module per stage
 :mod:`.fallback`          robust mode's fallback to the long design (chapter 7)
 :mod:`.nodes`             shared: nodes and directions of every design
 :mod:`.asking`            shared: batched queries of whole configurations, finite answers, counts
@@ -27,7 +26,7 @@ module                    role
 
 from .cost import bias_budget, lean_budget, long_cost, query_budget
 from .learn import learn
-from .long_info import information_limit, spacing_sd
+from .long.info import information_limit, spacing_sd
 from .nodes import lean_nodes, ratio_grid
 from .paper.bias import bias_error
 from .results import Diagnostics, Recovery

@@ -26,7 +26,7 @@ def with_fallback(pipeline):
     :math:`\log 2n` nats; PyTorch's default initialisation crowds the poles of four heads there
     (chapter 7), where the long design's window is :math:`2\log(L-1)`: 16.6 nats at
     :math:`L=4096`."""
-    from .long import learn_long
+    from .long.run import learn_long
 
     def run(oracle, opt, tol):
         start = oracle.queries

@@ -152,7 +152,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``error_estimate`` exceeds it raises :class:`~attnlearn.errors.AccuracyError`, which
         states the accuracy the learner could certify (``.certified``) and carries the recovery.
         With ``design="long"`` a request is also refused before any query when the design's
-        information limit (:func:`~attnlearn.learner.long_info.information_limit`, from
+        information limit (:func:`~attnlearn.learner.long.info.information_limit`, from
         ``relative_error``; an absolute ``output_error`` has no known scale before the
         queries) exceeds it ten times (:mod:`attnlearn.learner.accuracy`, chapter 5b). With
         ``accuracy`` asked, a recovery that fails raises ``AccuracyError`` too, certifying
@@ -219,7 +219,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with certifying(accuracy):  # with an accuracy asked, a failed recovery certifies none
         if opt.design == "long":
-            from .long import learn_long
+            from .long.run import learn_long
 
             return check_accuracy(learn_long(oracle, opt, tol), accuracy)
         with working_precision(oracle):

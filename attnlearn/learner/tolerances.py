@@ -379,7 +379,7 @@ class LongTolerances:
         per cent of configurations (the rare rest cost a repair or a group redraw).
     refuse_factor : float
         ``learn(..., accuracy=...)`` refuses before any query when the information limit
-        (:func:`~.long_info.information_limit`, an estimated floor with choices in the
+        (:func:`~attnlearn.learner.long.info.information_limit`, an estimated floor with choices in the
         learner's favour) exceeds the accuracy asked 10 times: on the committed rows of
         ``benchmarks/noise_design.py`` the limit lies 6 times or more below every returned
         error and 19 times or more below every estimate (chapter 5b), so a refused request
