@@ -85,7 +85,7 @@ def learn_extra_sample(oracle, d, H, seed):
     configuration (``learn_lean(..., extra_sample=True)``, not an option of ``learn``): the same
     validation, checked access and working precision as ``learn``, learn's defaults."""
     opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,
-                        method="linearised", robust=False, seed=seed, output_error=None, redraw_rounds=4,
+                        method=None, robust=False, seed=seed, output_error=None, redraw_rounds=None,
                         max_queries=MAX_QUERIES, max_length=MAX_LENGTH, design="lean")
     access = Access(oracle, opt.d)
     with working_precision(access):

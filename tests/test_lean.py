@@ -257,7 +257,7 @@ def _learn_extra_sample(oracle, d, H, seed):
     from attnlearn.protocol import Access
 
     opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,
-                        method="linearised", robust=False, seed=seed, output_error=None, redraw_rounds=4,
+                        method=None, robust=False, seed=seed, output_error=None, redraw_rounds=None,
                         max_queries=10**7, max_length=129, design="lean")
     access = Access(oracle, opt.d)
     with working_precision(access):

@@ -27,7 +27,7 @@ __all__ = ["learn"]
 
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
-          spread=None, method="linearised", redraw_rounds=4, nodes=None, max_queries=MAX_QUERIES,
+          spread=None, method=None, redraw_rounds=None, nodes=None, max_queries=MAX_QUERIES,
           max_length=None, scale="probe", bias=False, design="paper", relative_error=None, accuracy=None):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
@@ -81,13 +81,14 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         with ``nodes="ratios"``, which see poles on both sides of :math:`\ell=0`
         (chapters 3 and 4 measure the choices). ``design="lean"`` takes the float64 default
         of the paper's nodes (1), with which chapter 8 measured it.
-    method : {"linearised", "loewner"}, keyword-only
+    method : {"linearised", "loewner"}, optional, keyword-only
         float64 interpolation formulation (chapter 3 compares them); ``design="paper"`` only
-        (``design="lean"`` fits with the default).
-    redraw_rounds : int, keyword-only
+        (default ``"linearised"``; refused with the other designs, which fit their own way).
+    redraw_rounds : int, optional, keyword-only
         Robust mode: how many times (an integer :math:`\ge 0`) ill-conditioned configurations are redrawn (each
         redraw costs :math:`2n` queries per configuration, reported in
         ``recovery.queries["redraws"]``, with one query per redrawn block constant).
+        ``design="paper"`` only (default 4; refused with the other designs).
     nodes : {"copies", "ratios"}, optional, keyword-only
         The :math:`2n` queries of a configuration: DESIGN §4.1's :math:`S(x,q,t)`,
         :math:`t=1..2n` (``"copies"``, the default in float64 without ``robust``), or
@@ -170,8 +171,10 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         without ``.d``/``.exact``/``.dps``/``.batch``), naming it.
     ValueError
         An argument out of range (e.g. ``redraw_rounds=-1``, ``output_error=nan``), naming it;
-        options that do not go together (``design="lean"`` with ``robust=True``, ``nodes=``,
-        ``bias=True`` or ``scale="search"``; ``scale="search"`` in exact mode); or a request
+        options that do not go together (an option the design does not use, named with the design,
+        :data:`~attnlearn.learner.options.UNUSED`: e.g. ``design="lean"`` with ``robust=True``,
+        ``nodes=``, ``method=``, ``bias=True`` or ``scale="search"``; ``design="long"`` with
+        ``method=``, ``nodes=``, ``spread=`` or ``redraw_rounds=``; ``scale="search"`` in exact mode); or a request
         costing more than ``max_queries`` queries or ``max_length`` tokens per query, with its
         count and longest query. All are raised before any query.
     RecoveryError

@@ -11,7 +11,7 @@ from ..arguments import check_count, check_flag, check_oracle, check_real, check
 from .cost import check_cost, fallback_cost, fallback_length, learn_cost, long_cost
 from .tolerances import FALLBACK_ESTIMATE, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, LongTolerances, Tolerances
 
-__all__ = ["Options", "DESIGNS", "build_options"]
+__all__ = ["Options", "DESIGNS", "UNUSED", "refuse_unused", "build_options"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,46 @@ class Options:
 
 DESIGNS = ("paper", "lean", "long")
 
+#: The paper design's defaults of the options only it uses (``None`` in :func:`learn`'s signature,
+#: so that a design that does not use them can tell them given).
+PAPER_METHOD, PAPER_REDRAW_ROUNDS = "linearised", 4
+
+#: The options a design does not use, and why: each is refused before any query when given (not
+#: None), naming the option and the design (:func:`refuse_unused`). ``robust``, ``nodes`` (lean),
+#: ``scale``, ``bias`` (lean), ``max_heads`` (long) and ``relative_error`` have their own refusals
+#: in :func:`build_options`.
+UNUSED = {
+    "paper": {},
+    "lean": {"method": "it fits with the linearised formulation",
+             "redraw_rounds": "it asks no block constant and redraws no configuration"},
+    "long": {"method": "its fits are weighted Levenberg-Marquardt fits of step curves",
+             "nodes": "its queries are ratio queries of max_length tokens",
+             "spread": "it sets its own scale (LongTolerances.spread)",
+             "redraw_rounds": "it redraws its groups itself (LongTolerances.group_redraws)"},
+}
+
+
+def refuse_unused(design, given):
+    """Refuse, before any query, an option that ``design`` does not use (:data:`UNUSED`).
+
+    Used in: chapters 4, 5b and 8 (every call of :func:`~attnlearn.learner.learn.learn`).
+
+    Parameters
+    ----------
+    design : {"paper", "lean", "long"}
+        The design asked.
+    given : dict of str to object
+        The options as passed to :func:`~attnlearn.learner.learn.learn` (None: not given).
+
+    Raises
+    ------
+    ValueError
+        An option the design does not use was given, naming it and the design.
+    """
+    for name, why in UNUSED[design].items():
+        if given.get(name) is not None:
+            raise ValueError(f'{name} is not an option of design="{design}": {why} (omit {name}=)')
+
 
 def build_options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method, robust, seed, output_error,
              redraw_rounds, max_queries, max_length, scale="probe", bias=False, design="paper", relative_error=None):
@@ -48,6 +88,9 @@ def build_options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method
     cost; returns the :class:`Options` and the mode's :class:`~.tolerances.Tolerances`."""
     if not isinstance(design, str) or design not in DESIGNS:
         raise ValueError(f'design must be "paper", "lean" or "long", got {design!r}')
+    refuse_unused(design, {"method": method, "nodes": nodes, "spread": spread, "redraw_rounds": redraw_rounds})
+    method = PAPER_METHOD if method is None else method
+    redraw_rounds = PAPER_REDRAW_ROUNDS if redraw_rounds is None else redraw_rounds
     if design == "long":
         if scale != "probe":
             raise ValueError('scale="search" is an option of design="paper" (design="long" finds its own scale)')
@@ -55,7 +98,7 @@ def build_options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method
                              output_error=output_error, relative_error=relative_error, max_queries=max_queries,
                              max_length=max_length, bias=check_flag(bias, "bias"))
     if relative_error is not None:
-        raise ValueError('relative_error is an option of design="long" (the paper design takes output_error)')
+        raise ValueError(f'relative_error is an option of design="long" (design="{design}" takes output_error)')
     given_length = max_length
     max_length = MAX_LENGTH if max_length is None else max_length
     if (heads is None) == (max_heads is None):
@@ -73,21 +116,9 @@ def build_options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method
     if oracle.exact and robust:
         raise ValueError("robust=True is a float64 mode; exact mode needs no extra queries")
     holdout = check_count(tol.holdout if holdout is None else holdout, "holdout", 0)
-    if nodes is None:
-        nodes = "ratios" if robust or oracle.exact else "copies"
-    if nodes not in ("copies", "ratios"):
-        raise ValueError(f'nodes must be "copies" or "ratios", got {nodes!r}')
-    if spread is None:
-        spread = tol.default_spread(nodes)
-    spread = float(check_real(spread, "spread", positive=True))  # float arithmetic whatever the type given
+    nodes, spread = _nodes_and_spread(nodes, spread, robust=robust, exact=oracle.exact, tol=tol)
     seed = check_seed(seed)
-    if output_error is not None:
-        output_error = check_real(output_error, "output_error")
-        if oracle.exact and output_error == 0:
-            raise ValueError(
-                f"output_error must be > 0 in exact mode: the oracle's answers are rounded to {oracle.dps} digits "
-                "(omit it for the default, one unit of the last digit)"
-            )
+    output_error = _output_error(output_error, oracle)
     redraw_rounds = check_count(redraw_rounds, "redraw_rounds", 0)
     if scale not in ("probe", "search"):
         raise ValueError(f'scale must be "probe" or "search", got {scale!r}')
@@ -110,9 +141,37 @@ def build_options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method
                    bias=bias, design=design, fallback=fallback), tol
 
 
+def _nodes_and_spread(nodes, spread, *, robust, exact, tol):
+    """The paper design's ``nodes`` and ``spread``, checked, with the mode's defaults (``"ratios"`` in
+    exact or robust mode, else ``"copies"``; :meth:`~.tolerances.Tolerances.default_spread`).
+
+    Used in: chapters 3 and 4 (copies and ratios), chapter 8 (the lean design's spread)."""
+    if nodes is None:
+        nodes = "ratios" if robust or exact else "copies"
+    if nodes not in ("copies", "ratios"):
+        raise ValueError(f'nodes must be "copies" or "ratios", got {nodes!r}')
+    if spread is None:
+        spread = tol.default_spread(nodes)
+    return nodes, float(check_real(spread, "spread", positive=True))  # float arithmetic whatever the type given
+
+
+def _output_error(output_error, oracle):
+    """``output_error`` checked (None: the mode's default, left to the run); > 0 in exact mode.
+
+    Used in: chapters 4 and 5."""
+    if output_error is not None:
+        output_error = check_real(output_error, "output_error")
+        if oracle.exact and output_error == 0:
+            raise ValueError(
+                f"output_error must be > 0 in exact mode: the oracle's answers are rounded to {oracle.dps} digits "
+                "(omit it for the default, one unit of the last digit)"
+            )
+    return output_error
+
+
 def _long_options(oracle, d, *, heads, max_heads, holdout, robust, seed, output_error, relative_error, max_queries,
                   max_length, bias=False):
-    """:func:`_options` for ``design="long"`` (:mod:`~.long`): float64, ``heads`` given, both noise
+    """:func:`build_options` for ``design="long"`` (:mod:`~.long`): float64, ``heads`` given, both noise
     levels checked, ``max_length`` given explicitly (its queries are that long), the cost counted."""
 
     if heads is None:
