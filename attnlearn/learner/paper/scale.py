@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import RecoveryError
-from ..asking import ask_nodes, ask_probe
+from ..asking import ask_probe
 from ..nodes import unit_rows
 from .fitting import fit_probe
 
