@@ -18,7 +18,9 @@ from .errors import (
     RecoveryError,
     UnmatchedHeadsError,
 )
-from .learner import Recovery, learn, query_budget
+from .learner.cost import query_budget
+from .learner.learn import learn
+from .learner.results import Recovery
 from .model import MultiHeadAttention
 from .oracle import Float32Rounding, GaussianNoise, Oracle, RelativeNoise, UniformNoise
 from .progress import progress

@@ -48,7 +48,7 @@ class AccuracyError(RecoveryError):
 
     Raised after a recovery whose ``error_estimate`` exceeds the accuracy asked (the recovery
     is attached), or, with ``design="long"``, before any query when the design's information
-    limit (:func:`attnlearn.learner.long_info.information_limit`) is far above it, or when the
+    limit (:func:`attnlearn.learner.long.info.information_limit`) is far above it, or when the
     recovery itself failed (``certified`` is then ``inf`` and ``__cause__`` the failure).
 
     Attributes

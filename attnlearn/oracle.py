@@ -12,7 +12,7 @@ import mpmath
 import numpy as np
 
 from ._arith import is_mp, to_float, to_mp
-from .learner.pipeline import check_real, check_seed
+from .arguments import check_real, check_seed
 from .model import check_sequences
 
 __all__ = ["Oracle", "UniformNoise", "GaussianNoise", "RelativeNoise", "Float32Rounding", "PERTURB_ENV", "PERTURB_ULPS"]

@@ -99,7 +99,7 @@ def check_c3(quick):
 
 
 def check_c4(quick):
-    from .learner import learn
+    from .learner.learn import learn
     from .oracle import Oracle
 
     m = random_model(3, 3, seed=4)
@@ -112,7 +112,7 @@ def check_c4(quick):
 
 def check_c5(quick):
     from .canonical import canonical, param_error
-    from .learner import learn
+    from .learner.learn import learn
     from .oracle import Oracle
 
     trials = 8 if quick else 30
@@ -127,7 +127,8 @@ def check_c5(quick):
 
 
 def _count_check(quick, bound):
-    from .learner import learn, query_budget
+    from .learner.cost import query_budget
+    from .learner.learn import learn
     from .oracle import Oracle
 
     grid = [(d, H) for d in (1, 2, 3) for H in (1, 2)] if quick else [(d, H) for d in (1, 2, 3, 4) for H in (1, 2, 3)]
@@ -157,7 +158,7 @@ def check_c7(quick):
 def check_c8(quick):
     from .canonical import param_error
     from .errors import RecoveryError
-    from .learner import learn
+    from .learner.learn import learn
     from .oracle import Oracle, UniformNoise
 
     eps_grid = (1e-12, 1e-10, 1e-8)

@@ -3,13 +3,15 @@
 Used in: chapter 1 (claim C1, and why it fails per head on multi-head models).
 """
 
+from contextlib import nullcontext
+
 import mpmath
 import numpy as np
 
 from ._arith import is_mp, mp_log, norm, to_mp
 from ._checks import heldout_discrepancy
+from .arguments import check_count, check_oracle, check_seed
 from .errors import CheckFailedError, NotIdentifiableError, RecoveryError
-from .learner.pipeline import check_count, check_oracle, check_seed
 from .model import MultiHeadAttention
 from .protocol import Access
 
@@ -100,7 +102,7 @@ def learn_single_head(oracle, d, *, holdout=4, seed=0):
     holdout, seed = check_count(holdout, "holdout", 0), check_seed(seed)
     oracle = Access(oracle, d)  # every answer checked (count, type, finiteness) and counted here
     exact = oracle.exact
-    ctx = mpmath.workdps(oracle.dps) if exact else _nullcontext()
+    ctx = mpmath.workdps(oracle.dps) if exact else nullcontext()
     with ctx:
         eye = to_mp(np.eye(d)) if exact else np.eye(d)
         v = oracle.batch(eye[:, None, :])  # (e_i): v_i
@@ -163,11 +165,3 @@ def verify_head(oracle, model, holdout, *, seed):
             f"{worst:.1e} > {limit:.0e}: the oracle is not a single noiseless attention head (more heads? "
             "use attnlearn.learn)"
         )
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False

@@ -27,8 +27,8 @@ import copy
 import numpy as np
 import torch
 
+from .arguments import check_count, check_real
 from .layer import AttentionLayer
-from .learner.pipeline import check_count, check_real
 from .model import MultiHeadAttention, check_sequences
 from .oracle import PERTURB_ULPS, _perturbation_seed
 

@@ -54,11 +54,12 @@ import mpmath
 import numpy as np
 
 from ._arith import as_real_array, is_mp, orthonormal_columns, to_float, to_mp, working_precision
+from .arguments import check_count, check_flag, check_oracle, check_real, check_seed
 from ._checks import heldout_discrepancy
 from .canonical import canonical
 from .errors import CheckFailedError, RecoveryError
-from .learner import learn
-from .learner.pipeline import check_cost, check_count, check_flag, check_oracle, check_real, check_seed, learn_cost
+from .learner.learn import learn
+from .learner.cost import check_cost, learn_cost
 from .learner.tolerances import MAX_LENGTH, MAX_QUERIES, Tolerances
 from .model import MultiHeadAttention, _ReadAtFinalToken, check_sequences, mp_softmax_numerators, softmax_numerators
 from .protocol import Access

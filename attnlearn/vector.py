@@ -31,7 +31,8 @@ import numpy as np
 
 from .errors import CheckFailedError, IllConditionedError
 from .layer import AttentionLayer
-from .learner.pipeline import check_flag, check_seed, learn
+from .arguments import check_flag, check_seed
+from .learner.learn import learn
 from .learner.tolerances import Tolerances
 from .model import softmax_numerators
 from .protocol import Access

@@ -35,8 +35,9 @@ import numpy as np
 
 from attnlearn import Oracle, RecoveryError, canonical, learn, param_error
 from attnlearn._arith import working_precision
-from attnlearn.learner.lean import lean_budget, learn_lean
-from attnlearn.learner.pipeline import _options
+from attnlearn.learner.cost import lean_budget
+from attnlearn.learner.lean.run import learn_lean
+from attnlearn.learner.options import build_options as _options
 from attnlearn.learner.tolerances import MAX_LENGTH, MAX_QUERIES
 from attnlearn.protocol import Access
 from attnlearn.model import degenerate, random_model
@@ -84,7 +85,7 @@ def learn_extra_sample(oracle, d, H, seed):
     configuration (``learn_lean(..., extra_sample=True)``, not an option of ``learn``): the same
     validation, checked access and working precision as ``learn``, learn's defaults."""
     opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,
-                        method="linearised", robust=False, seed=seed, output_error=None, redraw_rounds=4,
+                        method=None, robust=False, seed=seed, output_error=None, redraw_rounds=None,
                         max_queries=MAX_QUERIES, max_length=MAX_LENGTH, design="lean")
     access = Access(oracle, opt.d)
     with working_precision(access):

@@ -39,7 +39,7 @@ target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (ove
 
 Measured (2026-12-03, this machine, ``--dtype float32 --heads H --modes "long, L=64" --json
 benchmarks/results/torch_float32_long_hH.json``, one row per run; the long design's groups on
-orthogonal directions, ``attnlearn.learner.long.draw_groups``): H = 1 20/20 to 1e-3 (median
+orthogonal directions, ``attnlearn.learner.long.run.draw_groups``): H = 1 20/20 to 1e-3 (median
 1.1e-5, 18552 queries per layer, 2 s each), H = 2 19/20 (median 4.1e-5, 23654), 0 raised, 0 silent
 (with independent random directions, the code otherwise the same: 17/20, median 8.8e-5, and
 17/20, median 2.9e-4; runs not archived); the
@@ -72,7 +72,7 @@ import numpy as np
 import torch
 
 from attnlearn import RecoveryError, canonical, learn, param_error
-from attnlearn.learner.bias import bias_error
+from attnlearn.learner.paper.bias import bias_error
 from attnlearn.torch import TorchOracle, from_torch
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from attnlearn import AccuracyError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
 from attnlearn.learner.accuracy import check_accuracy, refuse_out_of_reach
-from attnlearn.learner.long_info import information_limit
+from attnlearn.learner.long.info import information_limit
 from attnlearn.model import random_model
 
 F32, L = 6e-8, 4096

@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 from attnlearn import RecoveryError, learn, query_budget
 from attnlearn.errors import IllConditionedError, NotIdentifiableError
 from attnlearn.layer import AttentionLayer
-from attnlearn.learner.bias import bias_budget, bias_error
-from attnlearn.learner.bias import biased_layer as layer_from_parts
-from attnlearn.learner.design import ConfigTable, build_design, draw_directions
-from attnlearn.learner.pipeline import holdout_count
+from attnlearn.learner.cost import bias_budget
+from attnlearn.learner.paper.bias import bias_error
+from attnlearn.learner.paper.bias import biased_layer as layer_from_parts
+from attnlearn.learner.paper.design import ConfigTable, build_design, draw_directions
+from attnlearn.learner.cost import holdout_count
 from attnlearn.learner.tolerances import Tolerances
 
 

@@ -1,4 +1,4 @@
-"""learn(..., design="lean") (attnlearn/learner/lean.py) and its root finder (lean_roots.py).
+"""learn(..., design="lean") (attnlearn/learner/lean/) and its root finder (lean/roots.py).
 
 Exact mode at 50 digits: random and degenerate models recovered to 1e-20 against the canonical
 form of the exact model, the count read off the oracle's own counter, bad input refused.
@@ -16,9 +16,10 @@ import attnlearn as al
 from attnlearn import MultiHeadAttention, Oracle, canonical, param_error
 from attnlearn._arith import to_mp
 from attnlearn.errors import IllConditionedError, PoleError, RecoveryError, UnmatchedHeadsError
-from attnlearn.learner.lean import extra_node, lean_budget, lean_holdout_count, lean_nodes
-from attnlearn.learner.lean_roots import complete_roots
-from attnlearn.learner.pipeline import learn_cost
+from attnlearn.learner.cost import lean_budget, lean_holdout_count
+from attnlearn.learner.nodes import extra_node, lean_nodes
+from attnlearn.learner.lean.roots import complete_roots
+from attnlearn.learner.cost import learn_cost
 from attnlearn.model import degenerate, random_model
 
 DPS = 50
@@ -251,12 +252,12 @@ def test_float64_returns_are_within_their_estimate_or_raise():
 def _learn_extra_sample(oracle, d, H, seed):
     # learn's validation, checked access and precision, then the variant with H + 1 samples
     from attnlearn._arith import working_precision
-    from attnlearn.learner.lean import learn_lean
-    from attnlearn.learner.pipeline import _options
+    from attnlearn.learner.lean.run import learn_lean
+    from attnlearn.learner.options import build_options as _options
     from attnlearn.protocol import Access
 
     opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,
-                        method="linearised", robust=False, seed=seed, output_error=None, redraw_rounds=4,
+                        method=None, robust=False, seed=seed, output_error=None, redraw_rounds=None,
                         max_queries=10**7, max_length=129, design="lean")
     access = Access(oracle, opt.d)
     with working_precision(access):

@@ -242,7 +242,7 @@ def test_float64_never_silent(robust, min_returned):
 
 
 def test_weighted_lstsq_normal_equations_match_qr():
-    from attnlearn.learner.solves import weighted_lstsq
+    from attnlearn.learner.paper.solves import weighted_lstsq
 
     rng = np.random.default_rng(0)
     A = rng.normal(size=(4, 15, 8))
@@ -261,7 +261,7 @@ def test_weighted_lstsq_normal_equations_match_qr():
 def test_weighted_lstsq_extreme_weights_fall_back_to_qr():
     # error bounds over 13 decades: normal equations alone lose the lightly weighted
     # directions; the refinement test switches those systems to QR
-    from attnlearn.learner.solves import weighted_lstsq
+    from attnlearn.learner.paper.solves import weighted_lstsq
 
     rng = np.random.default_rng(2)
     A = rng.normal(size=(3, 31, 16))
@@ -275,7 +275,7 @@ def test_weighted_lstsq_extreme_weights_fall_back_to_qr():
 
 def test_weighted_lstsq_rejects_an_outlier():
     # one row claims an error bound of 1e-12 but is off by 1e-3: weighted out
-    from attnlearn.learner.solves import weighted_lstsq
+    from attnlearn.learner.paper.solves import weighted_lstsq
 
     rng = np.random.default_rng(1)
     A = rng.normal(size=(1, 20, 5))
@@ -301,7 +301,7 @@ def _block_problem(B, d, H, seed, lo=-12, hi=-6):
 def test_block_lstsq_is_the_weighted_least_squares(d):
     # the closed form (arrow normal equations in theta = U w) solves the same weighted problem as
     # the general solver; its bound is the triangle inequality on the exact row sums
-    from attnlearn.learner.solves import block_lstsq, weighted_lstsq
+    from attnlearn.learner.paper.solves import block_lstsq, weighted_lstsq
 
     U, A, x, y, errs = _block_problem(4, d, 3, seed=d)
     sol, bnd = block_lstsq(U, y, errs)
@@ -316,7 +316,7 @@ def test_block_lstsq_is_the_weighted_least_squares(d):
 
 
 def test_block_lstsq_rejects_an_outlier():
-    from attnlearn.learner.solves import block_lstsq
+    from attnlearn.learner.paper.solves import block_lstsq
 
     U, A, x, y, errs = _block_problem(2, 6, 2, seed=3)
     y[1, 8, 0] += 1e-3  # a link row far outside its error bound
@@ -326,7 +326,7 @@ def test_block_lstsq_rejects_an_outlier():
 
 def test_block_lstsq_exact_mode_is_exact():
     # consistent equations in mpmath: rounded (float64) weights must not cost a digit
-    from attnlearn.learner.solves import block_lstsq
+    from attnlearn.learner.paper.solves import block_lstsq
 
     rng = np.random.default_rng(4)
     d, H = 3, 2
@@ -341,7 +341,7 @@ def test_block_lstsq_exact_mode_is_exact():
 
 
 def test_configuration_table_and_labels():
-    from attnlearn.learner.design import ConfigLabels, ConfigTable
+    from attnlearn.learner.paper.design import ConfigLabels, ConfigTable
 
     d = 4
     table = ConfigTable(d)
@@ -694,7 +694,7 @@ def test_the_limits_are_exact_and_can_be_raised():
 @pytest.mark.parametrize("robust", [False, True])
 @pytest.mark.parametrize("holdout", [0, 3, 40])
 def test_the_cost_estimate_is_what_learn_asks(robust, holdout):
-    from attnlearn.learner.pipeline import learn_cost
+    from attnlearn.learner.cost import learn_cost
 
     model = random_model(2, 3, seed=5)
     rec = learn(Oracle(model), 3, heads=2, robust=robust, holdout=holdout)
@@ -722,7 +722,7 @@ def test_exact_error_estimate_does_not_underflow_beyond_float64():
 
 
 def test_fallback_length_only_with_robust_heads_and_long_queries_allowed():
-    from attnlearn.learner.pipeline import fallback_length
+    from attnlearn.learner.cost import fallback_length
 
     ok = dict(robust=True, heads_given=True, n=4, max_length=4096)
     assert fallback_length(**ok) == 4096

@@ -5,8 +5,15 @@ import pytest
 
 from attnlearn import IllConditionedError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
 from attnlearn.layer import AttentionLayer
-from attnlearn.learner.bias import bias_error
-from attnlearn.learner.long import fit_config, long_cost, noise_sd, ratio_grid
+from attnlearn.learner import bias_error
+from attnlearn.learner.cost import long_cost
+from attnlearn.learner.long import ask as long_ask
+from attnlearn.learner.long import fit as long_fit
+from attnlearn.learner.long import passes as long_passes
+from attnlearn.learner.long import run as long_run
+from attnlearn.learner.long.fit import fit_config
+from attnlearn.learner.nodes import ratio_grid
+from attnlearn.learner.samples import noise_sd
 from attnlearn.learner.tolerances import LongTolerances
 from attnlearn.model import random_model
 from attnlearn.sweeps import run_trials
@@ -119,17 +126,16 @@ def test_exact_oracle_refused():
 
 def _group_context(H, d, s, eps):
     """A long-design context on a seeded model (the learner's stages called one by one)."""
-    from attnlearn.learner import long as LG
     from attnlearn.protocol import Access
 
     model = random_model(H, d, seed=7_000 + s)
     ask = Access(Oracle(model, noise=RelativeNoise(eps), seed=s), d)
     tol = LongTolerances()
     b, z = ratio_grid(L, tol.ratios(H))
-    ctx = LG._Ctx(ask=ask, d=d, H=H, L=L, b=b, z=z, absolute=0.0, relative=eps, tol=tol,
+    ctx = long_ask.Context(ask=ask, d=d, H=H, L=L, b=b, z=z, absolute=0.0, relative=eps, tol=tol,
                   rng=np.random.default_rng(s))
-    ctx.V, ctx.V_sd = LG.ask_V(ctx)
-    return LG, ctx, model
+    ctx.V, ctx.V_sd = long_ask.ask_V(ctx)
+    return ctx, model
 
 
 def test_float64_rounding_floor_matches_the_oracle():
@@ -139,10 +145,10 @@ def test_float64_rounding_floor_matches_the_oracle():
     configuration's error being about 1/6 of it); 4 eps |F| alone is 100x too small."""
     from scipy.special import expit
 
-    LG, ctx, model = _group_context(6, 8, 0, 0.0)
+    ctx, model = _group_context(6, 8, 0, 0.0)
     rng = np.random.default_rng(1)
     for _ in range(3):
-        u, q = LG._unit(rng, 8) * 2, LG._unit(rng, 8) * 2
+        u, q = long_passes._unit(rng, 8) * 2, long_passes._unit(rng, 8) * 2
         F, sd = ctx.config(u, q)
         c = -(np.einsum("hij,i->hj", model.W, u) @ q)
         exact = model.V @ q + expit(c[None, :] - ctx.z[:, None]) @ (-(model.v @ u))
@@ -155,11 +161,12 @@ def test_anchored_coarse_pass_labels_four_heads():
     """H = 4 at float32-level noise: the anchored coarse pass labels every head of a group
     (each head's y = W_h^T u within 1e-2 of the truth), where random q put two steps within
     half a nat in most configurations."""
-    from attnlearn.learner.long import coarse_pass, probe_scale, regress_y
+    from attnlearn.learner.long.passes import coarse_pass, probe_scale
+    from attnlearn.learner.long.solve import regress_y
 
-    LG, ctx, model = _group_context(4, 4, 3, F32)
+    ctx, model = _group_context(4, 4, 3, F32)
     scale = probe_scale(ctx, rng=ctx.rng)
-    u = LG._unit(ctx.rng, 4) * scale
+    u = long_passes._unit(ctx.rng, 4) * scale
     Q, F, sd, ends, fit = coarse_pass(ctx, u, scale, rng=ctx.rng)
     Y, _, _ = regress_y(Q, fit, tol=ctx.tol)
     Y_true = np.einsum("hij,i->hj", model.W, u)
@@ -180,7 +187,6 @@ def _contaminated_group():
     heights 2 and 0.3) passed through each other: the shared heights come out far off."""
     from scipy.special import expit
 
-    from attnlearn.learner import long as LG
 
     tol = LongTolerances()
     H, m = 3, 16
@@ -196,9 +202,9 @@ def _contaminated_group():
     ends = (C, np.full(m, 1e-12), C + g.sum(), np.full(m, 1e-12))
     c0 = c.copy()
     c0[:3, [0, 1]] = c0[:3, [1, 0]]
-    ctx = LG._Ctx(ask=None, d=4, H=H, L=L, b=b, z=z, absolute=0.0, relative=1e-16, tol=tol,
+    ctx = long_ask.Context(ask=None, d=4, H=H, L=L, b=b, z=z, absolute=0.0, relative=1e-16, tol=tol,
                   rng=np.random.default_rng(0))
-    return LG, ctx, F, sd, ends, LG.fit_group(z, F, sd, ends, g * (1 + 1e-3), C, c0), g, c
+    return ctx, F, sd, ends, long_fit.fit_group(z, F, sd, ends, g * (1 + 1e-3), C, c0), g, c
 
 
 def test_trim_frees_the_heights_of_a_contaminated_group():
@@ -206,21 +212,20 @@ def test_trim_frees_the_heights_of_a_contaminated_group():
     local minimum pull the shared heights) is refitted without its worst configurations, those
     repaired under the clean heights: heights and positions back to the noise level; a group
     within the noise is returned as it is."""
-    LG, ctx, F, sd, ends, fit, g, c = _contaminated_group()
+    ctx, F, sd, ends, fit, g, c = _contaminated_group()
     assert fit.reduced > 1e10 and np.max(np.abs(fit.g - g)) > 1e-2
-    clean = LG._trim(ctx, F, sd, ends, fit)
+    clean = long_passes._trim(ctx, F, sd, ends, fit)
     assert clean.reduced <= ctx.tol.chi2_factor
     assert np.max(np.abs(clean.g - g)) < 1e-8 and np.max(np.abs(clean.c - c)) < 1e-8
-    assert LG._trim(ctx, F, sd, ends, clean) is clean
+    assert long_passes._trim(ctx, F, sd, ends, clean) is clean
 
 
 def _bare_context(d):
     """A long-design context for :func:`draw_groups` alone (``_group`` patched: nothing asked)."""
-    from attnlearn.learner import long as LG
 
-    ctx = LG._Ctx(ask=Oracle(random_model(1, d, seed=0)), d=d, H=1, L=L, b=None, z=None, absolute=0.0,
+    ctx = long_ask.Context(ask=Oracle(random_model(1, d, seed=0)), d=d, H=1, L=L, b=None, z=None, absolute=0.0,
                   relative=0.0, tol=LongTolerances(), rng=None)
-    return LG, ctx
+    return ctx
 
 
 @pytest.mark.parametrize("d, fail", [(5, {}), (5, {1: 1, 3: 2}), (1, {0: 1}), (4, {3: 1})])
@@ -229,7 +234,7 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
     groups' errors least); a redrawn group takes a new direction orthogonal to the groups before
     it (the last group, with no orthogonal direction left, a random one). ``fail`` maps a group
     to the number of its attempts that raise."""
-    LG, ctx = _bare_context(d)
+    ctx = _bare_context(d)
     tried, accepted, attempts = [], [], {}
 
     def group(ctx, u, scale, rng):
@@ -241,8 +246,8 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
         accepted.append(u.copy())
         return {"k": k}
 
-    monkeypatch.setattr(LG, "_group", group)
-    U, groups, redrawn, _ = LG.draw_groups(ctx, 2.0, rng=np.random.default_rng(3))
+    monkeypatch.setattr(long_run, "_group", group)
+    U, groups, redrawn, _ = long_run.draw_groups(ctx, 2.0, rng=np.random.default_rng(3))
     assert [g["k"] for g in groups] == list(range(d))
     assert redrawn == [f"group({k + 1})" for k in sorted(fail) for _ in range(fail[k])]
     assert np.allclose(np.linalg.norm(U, axis=1), 2.0, rtol=1e-12)
@@ -261,7 +266,7 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
 
 def test_groups_redraws_exhausted_raise(monkeypatch):
     """A group that stays degenerate after ``group_redraws`` new directions raises, naming it."""
-    LG, ctx = _bare_context(3)
+    ctx = _bare_context(3)
     tol = ctx.tol
     tried = []
 
@@ -271,9 +276,9 @@ def test_groups_redraws_exhausted_raise(monkeypatch):
             raise IllConditionedError("degenerate")
         return {}
 
-    monkeypatch.setattr(LG, "_group", group)
+    monkeypatch.setattr(long_run, "_group", group)
     with pytest.raises(IllConditionedError, match=f"group 2, after {tol.group_redraws} redraws: degenerate"):
-        LG.draw_groups(ctx, 1.0, rng=np.random.default_rng(0))
+        long_run.draw_groups(ctx, 1.0, rng=np.random.default_rng(0))
     assert len(tried) == 1 + tol.group_redraws + 1
     # every attempt at group 2 a new direction orthogonal to group 1
     assert np.allclose(np.array(tried[1:]) @ tried[0], 0.0, atol=1e-12)
@@ -329,21 +334,20 @@ def test_origin_fits_minus_kappa_from_the_candidate_and_refuses_a_foreign_one():
     """_origin: the steps of the configuration q = 0 sit at -kappa_h = -u^T c_h, labelled by the
     candidate's heights (positions-only under them, or jointly with the candidate); a candidate
     from another direction shares no heights with the origin, which then raises."""
-    from attnlearn.learner import long as LG
     from attnlearn.protocol import Access
 
     H, d = 2, 3
     layer = _biased(H, d, 5, c_scale=2.0)
     tol = LongTolerances()
     b, z = ratio_grid(L, tol.ratios(H))
-    ctx = LG._Ctx(ask=Access(Oracle(layer), d), d=d, H=H, L=L, b=b, z=z, absolute=0.0, relative=0.0, tol=tol,
+    ctx = long_ask.Context(ask=Access(Oracle(layer), d), d=d, H=H, L=L, b=b, z=z, absolute=0.0, relative=0.0, tol=tol,
                   rng=np.random.default_rng(0), bias=True)
-    ctx.V, ctx.V_sd = LG.ask_V(ctx)
+    ctx.V, ctx.V_sd = long_ask.ask_V(ctx)
 
     def candidate(u, q):
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        C, c, g, chi2 = LG.fit_config(z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], rng=ctx.rng)
+        C, c, g, chi2 = long_fit.fit_config(z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], rng=ctx.rng)
         return (F, sd, e, C, c), g
 
     u, q = np.array([1.0, -0.6, 0.4]), np.array([0.3, 0.5, -0.2])
@@ -351,8 +355,8 @@ def test_origin_fits_minus_kappa_from_the_candidate_and_refuses_a_foreign_one():
     gamma, kappa = -np.asarray(layer.A) @ u, np.asarray(layer.c) @ u
     label = [int(np.argmin(np.abs(gamma - gh))) for gh in g]
     assert sorted(label) == [0, 1]
-    assert np.allclose(LG._origin(ctx, u, g, cand), -kappa[label], atol=1e-8)
+    assert np.allclose(long_passes._origin(ctx, u, g, cand), -kappa[label], atol=1e-8)
     foreign, g2 = candidate(np.array([-0.2, 0.9, 0.7]), q)
     with pytest.raises(IllConditionedError, match=r"origin \(q = 0\) is not fitted .* jointly with the anchor's "
                                                    r"candidate .*: its score biases cannot be placed"):
-        LG._origin(ctx, u, g2, foreign)
+        long_passes._origin(ctx, u, g2, foreign)

@@ -1,4 +1,4 @@
-"""attnlearn.learner.long_info: the Cramér–Rao bound of one long-design configuration."""
+"""attnlearn.learner.long.info: the Cramér–Rao bound of one long-design configuration."""
 
 import json
 from pathlib import Path
@@ -8,8 +8,9 @@ import pytest
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from attnlearn.learner.long import noise_sd, ratio_grid
-from attnlearn.learner.long_info import information, information_limit, spacing_sd, step_sd
+from attnlearn.learner.nodes import ratio_grid
+from attnlearn.learner.samples import noise_sd
+from attnlearn.learner.long.info import information, information_limit, spacing_sd, step_sd
 from attnlearn.learner.tolerances import LongTolerances
 
 

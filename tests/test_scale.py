@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error
-from attnlearn.learner.pipeline import holdout_count
+from attnlearn.learner.cost import holdout_count
 from attnlearn.learner.tolerances import Tolerances
 from attnlearn.model import random_model
 

@@ -6,9 +6,9 @@ import pytest
 from attnlearn import Oracle, query_budget
 from attnlearn.errors import PoleError
 from attnlearn.layer import AttentionLayer
-from attnlearn.learner.bias import bias_budget
-from attnlearn.learner.pipeline import _options
-from attnlearn.learner.stages import FittedDesign, fit_design
+from attnlearn.learner.cost import bias_budget
+from attnlearn.learner.options import build_options as _options
+from attnlearn.learner.paper.stages import FittedDesign, fit_design
 from attnlearn.model import random_model
 from attnlearn.protocol import Access
 

@@ -11,7 +11,7 @@ from attnlearn import (AccuracyError, MultiHeadAttention, Oracle, RecoveryError,
                        param_error)
 from attnlearn.learner.tolerances import FALLBACK_ESTIMATE  # noqa: E402
 from attnlearn.layer import AttentionLayer  # noqa: E402
-from attnlearn.learner.pipeline import holdout_count  # noqa: E402
+from attnlearn.learner.cost import holdout_count  # noqa: E402
 from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError  # noqa: E402
 from attnlearn.torch import TorchOracle, from_torch, module_parameters  # noqa: E402
 
@@ -234,7 +234,7 @@ def test_biased_layers_learned_with_bias_true(drawn):
     module (robust mode) and exact through from_torch at 40 digits."""
     import mpmath
 
-    from attnlearn.learner.bias import bias_budget, bias_error
+    from attnlearn.learner import bias_budget, bias_error
 
     torch.manual_seed(4)
     m = torch.nn.MultiheadAttention(4, 2, bias=True, batch_first=True, dtype=torch.float64).eval()

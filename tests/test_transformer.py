@@ -438,7 +438,7 @@ def test_absurd_requests_are_refused_before_any_query_by_learn_transformer(kwarg
 
 
 def test_the_transformer_cost_estimate_counts_step_one():
-    from attnlearn.learner.pipeline import learn_cost
+    from attnlearn.learner.cost import learn_cost
 
     T = OneLayerTransformer.random(2, 1, 2, seed=0)
     rec = learn_transformer(Oracle(T), 2, heads=1, holdout=7)

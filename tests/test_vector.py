@@ -6,7 +6,7 @@ import pytest
 from attnlearn import Oracle, learn, query_budget
 from attnlearn.errors import CheckFailedError, IllConditionedError
 from attnlearn.layer import AttentionLayer, layer_error
-from attnlearn.learner.pipeline import holdout_count
+from attnlearn.learner.cost import holdout_count
 from attnlearn.model import random_model
 from attnlearn.vector import _solve_maps, attention_means, learn_vector
 

@@ -8,9 +8,9 @@ import pytest
 
 from attnlearn import Oracle, UniformNoise, canonical, learn, param_error, query_budget
 from attnlearn.errors import CheckFailedError
-from attnlearn.learner.design import node_pairs
-from attnlearn.learner.pipeline import holdout_count
-from attnlearn.learner.verify import check_nodes, check_positions
+from attnlearn.learner.nodes import node_pairs
+from attnlearn.learner.cost import holdout_count
+from attnlearn.learner.paper.verify import check_nodes, check_positions
 from attnlearn.model import random_model
 
 
@@ -80,7 +80,7 @@ def test_polish_onto_samples_moves_a_fit_onto_its_samples(exact, H):
     import mpmath
 
     from attnlearn._arith import to_float, to_mp
-    from attnlearn.learner.verify import polish_onto_samples
+    from attnlearn.learner.paper.verify import polish_onto_samples
 
     ts = list(range(1, 2 * H + 1))
     ell, gam = np.array([[-0.3, 0.9][:H]]), np.array([[1.5, -0.7][:H]])

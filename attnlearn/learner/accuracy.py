@@ -3,7 +3,7 @@ r"""``learn(..., accuracy=...)``: the relative parameter error the user needs, c
 Used in: chapter 5b (``book/05b_long_queries.ipynb``: an out-of-reach request raised live).
 
 1. Before any query, ``design="long"`` only (:func:`refuse_out_of_reach`): the design's
-   information limit (:func:`~.long_info.information_limit`, the Cramér–Rao bound of its
+   information limit (:func:`~attnlearn.learner.long.info.information_limit`, the Cramér–Rao bound of its
    configurations propagated with choices in the learner's favour, an estimated floor) must not exceed the
    accuracy asked ``LongTolerances.refuse_factor`` times.
 2. After the recovery, every design (:func:`check_accuracy`): its ``error_estimate`` must not
@@ -19,7 +19,7 @@ import math
 from contextlib import contextmanager
 
 from ..errors import AccuracyError, RecoveryError
-from .long_info import information_limit
+from .long.info import information_limit
 from .tolerances import LongTolerances
 
 __all__ = ["refuse_out_of_reach", "check_accuracy", "certifying"]

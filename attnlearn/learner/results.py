@@ -8,13 +8,9 @@ Transformer learner).
 from dataclasses import dataclass, fields
 
 import mpmath
+from .cost import query_budget
 
 __all__ = ["Diagnostics", "Recovery", "query_budget"]
-
-
-def query_budget(d, n):
-    r"""The paper's count :math:`4nd^2-2n+1` and maximum length :math:`2n+1` (claims C6, C7)."""
-    return 4 * n * d * d - 2 * n + 1, 2 * n + 1
 
 
 @dataclass

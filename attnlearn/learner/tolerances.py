@@ -55,7 +55,7 @@ FALLBACK_ESTIMATE = 1e-6
 LONG_MAX_HEADS = 8
 
 #: Digits at which the verification stage polishes a float64 fit onto its own samples (three
-#: Gauss-Newton steps, :func:`~.verify.polish_onto_samples`) before it predicts a check query: the
+#: Gauss-Newton steps, :func:`~attnlearn.learner.paper.verify.polish_onto_samples`) before it predicts a check query: the
 #: float64 parameters are converted exactly, so the step measures and removes the fit's miss of
 #: its samples and not the rounding of a float64 evaluation (about
 #: :math:`\varepsilon_{64}\sum_h|\gamma_h/(1+\rho_ht)|`, above :math:`|F|` where residues cancel).
@@ -379,7 +379,7 @@ class LongTolerances:
         per cent of configurations (the rare rest cost a repair or a group redraw).
     refuse_factor : float
         ``learn(..., accuracy=...)`` refuses before any query when the information limit
-        (:func:`~.long_info.information_limit`, an estimated floor with choices in the
+        (:func:`~attnlearn.learner.long.info.information_limit`, an estimated floor with choices in the
         learner's favour) exceeds the accuracy asked 10 times: on the committed rows of
         ``benchmarks/noise_design.py`` the limit lies 6 times or more below every returned
         error and 19 times or more below every estimate (chapter 5b), so a refused request

@@ -17,7 +17,7 @@ chapter 7 (the same stages for a biased layer: one more block, :math:`V` from th
 4. the fits are checked (:func:`.checks.check_fits`) and must predict check queries
    (:func:`.verify.verify_fits`, counted as held out).
 
-What follows -- labelling, solves, the model -- differs between the two (``pipeline._pipeline``,
+What follows -- labelling, solves, the model -- differs between the two (``paper.run.run``,
 ``bias.learn_biased``) and reads the :class:`FittedDesign` this returns.
 """
 
@@ -25,13 +25,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._arith import to_mp
-from .asking import ask_constants, ask_design
-from .checks import check_fits, finish
+from ..._arith import to_mp
+from ..asking import ask_constants, ask_design
+from ..finish import finish
+from .checks import check_fits
 from .constants import fit_calibrated, set_constants, solve_V, solve_V_biased
-from .design import build_design, draw_directions, node_pairs
-from .fitting import ConfigState, collect_fits, fit_block_one, sample_errors
-from .results import Diagnostics
+from ..nodes import node_pairs
+from .design import build_design, draw_directions
+from .fitting import ConfigState, collect_fits, fit_block_one
+from ..samples import sample_errors
+from ..results import Diagnostics
 from .robust import redraw
 from .scale import find_scale
 from .verify import verify_fits
@@ -95,7 +98,7 @@ def fit_design(oracle, opt, tol):
     oracle : Access
         The checked, counted oracle access (:class:`attnlearn.protocol.Access`).
     opt : Options
-        ``learn``'s validated options (:func:`.pipeline._options`).
+        ``learn``'s validated options (:func:`..options.build_options`).
     tol : Tolerances
         The mode's tolerances (:meth:`.tolerances.Tolerances.for_mode`).
 

@@ -10,11 +10,13 @@ poles and residues, their error bounds), indexed like the :class:`~.design.Confi
 
 from dataclasses import dataclass
 
-import mpmath
 import numpy as np
 
-from .._arith import to_float
-from ..rational import RationalFit, check_residuals, fit_checked, fit_min_degree
+from ..._arith import to_float
+from ...rational import RationalFit, check_residuals, fit_checked, fit_min_degree
+from ..samples import SampleErrors
+from ..samples import sample_errors
+from ..samples import scale_back
 
 __all__ = [
     "SampleErrors",
@@ -27,58 +29,6 @@ __all__ = [
     "ConfigState",
     "collect_fits",
 ]
-
-
-@dataclass(frozen=True)
-class SampleErrors:
-    r"""The error model of the samples.
-
-    Attributes
-    ----------
-    output : float
-        Absolute output error :math:`\varepsilon` assumed (or stated) for every answer, as the
-        float64 error bounds use it (exact mode: at least ``tol.bound_floor`` times the output
-        scale).
-    residual : float or array
-        Residual tolerance of a fit at an exactly known constant (one entry per
-        configuration when there is one configuration).
-    """
-
-    output: float
-    residual: object
-    stated: object = None  # the output error itself (mpmath in exact mode); None: ``output``
-
-
-def scale_back(bound, output, stated):
-    """A first-order ``bound`` computed at the output error ``output`` (a :attr:`SampleErrors.output`),
-    scaled to the output error ``stated`` when that is smaller (exact mode beyond 100 digits: an
-    mpmath number; first-order bounds are linear in the output error)."""
-    if stated is None or float(stated) >= output:  # not raised to the floor
-        return bound
-    return mpmath.mpf(bound) * (stated / output)
-
-
-def sample_errors(F, output_error, tol):
-    """The :class:`SampleErrors` of samples ``F`` (C, m) under policy ``tol`` (a
-    :class:`~.tolerances.Tolerances`), with the user's ``output_error`` or the oracle's rounding."""
-    Fmax = float(np.abs(to_float(F)).max()) if F.size else 0.0
-    stated = None
-    if tol.exact:
-        # the oracle's dps digits (or the stated error) exactly; the bounds at no less than bound_floor
-        stated = (mpmath.mpf(output_error) if output_error is not None
-                  else mpmath.mpf(10) ** (1 - tol.dps) * max(Fmax, tol.output_floor))
-        eps_out = max(float(stated), tol.bound_floor * max(Fmax, tol.output_floor))
-    elif output_error is not None:
-        # the oracle's own float64 rounding is there whatever the user's noise bound says
-        eps_out = max(float(output_error), tol.output_rounding * Fmax)
-    else:
-        eps_out = tol.output_rounding * max(Fmax, tol.output_floor)
-    m = F.shape[1]
-    if tol.exact and output_error is None:
-        res = tol.exact_residual * max(Fmax, tol.output_floor)
-    else:
-        res = tol.fit_tolerance(m, eps_out)
-    return SampleErrors(eps_out, np.full(F.shape[0], res) if F.shape[0] == 1 else res, stated)
 
 
 def fit_probe(nodes, F11, c1, n, *, tol, output_error, method):

@@ -40,40 +40,21 @@ Used in: chapter 7 (biased layers: the derivation, the count, exact and float64 
 
 import numpy as np
 
-from .._arith import norm, solve, to_float, to_mp
-from ..canonical import matched_error
-from ..errors import IllConditionedError, NotIdentifiableError
-from ..layer import AttentionLayer
+from ..._arith import norm, solve, to_float, to_mp
+from ...canonical import matched_error
+from ...errors import IllConditionedError, NotIdentifiableError
+from ...layer import AttentionLayer
 from .constants import solve_V_biased  # noqa: F401 (re-exported: the constants stage of bias=True)
 from .labelling import label_crosses, label_links
 from .solves import solve_blocks, solve_v
 from .stages import finish_design, fit_design
-from .tolerances import Tolerances
+from ..tolerances import Tolerances
+from ..cost import bias_budget
 
 #: Smallest denominator of a relative error (the Tolerances' ``tiny``; the same in every mode).
 _TINY = Tolerances.for_mode(exact=False).tiny
 
 __all__ = ["bias_budget", "solve_V_biased", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
-
-
-def bias_budget(d, n):
-    r"""The biased design's count :math:`4nd^2+4nd-2n+1` and longest query :math:`2n+1` (module
-    docstring).
-
-    Parameters
-    ----------
-    d : int
-        Token width.
-    n : int
-        Heads the design serves.
-
-    Returns
-    -------
-    (int, int)
-        The design's query count and its longest query.
-
-    Used in: chapter 7."""
-    return 4 * n * d * d + 4 * n * d - 2 * n + 1, 2 * n + 1
 
 
 def affine_heads(design, blocks, crosses):
@@ -238,7 +219,7 @@ def learn_biased(oracle, opt, tol):
     oracle : Access
         The checked, counted oracle access (:class:`attnlearn.protocol.Access`).
     opt : Options
-        ``learn``'s validated options (:func:`.pipeline._options`).
+        ``learn``'s validated options (:func:`..options.build_options`).
     tol : Tolerances
         The mode's tolerances (:meth:`.tolerances.Tolerances.for_mode`).
 

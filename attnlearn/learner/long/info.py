@@ -5,11 +5,11 @@ window :math:`2\log(L-1)`), and ``learn(..., design="long", accuracy=...)``, whi
 any query a request far below :func:`information_limit`.
 
 A configuration of the long design (:mod:`~.long`) answers, at the ratios
-:math:`z_i=\log(b_i/a_i)` of :func:`~.long.ratio_grid`,
+:math:`z_i=\log(b_i/a_i)` of :func:`~attnlearn.learner.nodes.ratio_grid`,
 
 .. math:: F(z) = C + \sum_{h=1}^H \gamma_h\,\sigma(c_h - z),
 
-each answer with the standard deviation :math:`s_i` of :func:`~.long.noise_sd`. Whatever the
+each answer with the standard deviation :math:`s_i` of :func:`~attnlearn.learner.samples.noise_sd`. Whatever the
 fit, an unbiased estimate of the step positions :math:`c_h` and heights :math:`\gamma_h` has a
 covariance of at least the inverse Fisher matrix :math:`I^{-1}` [1]_; this module computes it
 for given steps (:func:`step_sd`), for :math:`H` evenly spaced unit steps (:func:`spacing_sd`),
@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 
-from .long import noise_sd, ratio_grid
-from .tolerances import LongTolerances
+from ..nodes import ratio_grid
+from ..samples import noise_sd
+from ..tolerances import LongTolerances
 
 __all__ = ["StepBound", "information", "step_sd", "spacing_sd", "information_limit", "SPACINGS"]
 
@@ -93,9 +94,9 @@ def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None, tol=None):
     c, g : array_like (H,)
         Step positions (nats) and heights :math:`\gamma_h`.
     L, R : int
-        Query length and ratios per configuration: the grid :func:`~.long.ratio_grid` ``(L, R)``.
+        Query length and ratios per configuration: the grid :func:`~attnlearn.learner.nodes.ratio_grid` ``(L, R)``.
     relative, absolute : float
-        The noise model of :func:`~.long.noise_sd` (relative and absolute standard deviation;
+        The noise model of :func:`~attnlearn.learner.samples.noise_sd` (relative and absolute standard deviation;
         the float64 rounding of an :math:`L`-token query included).
     C : float
         The constant :math:`C=V^\top q` (the answers' offset).
@@ -103,7 +104,7 @@ def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None, tol=None):
         Evaluate the noise at answers of this size instead of at the curve :math:`F` itself
         (``level=1`` with unit heights: noise at the scale of one step).
     tol : LongTolerances, optional
-        Its ``rounding`` (default :class:`~.tolerances.LongTolerances`).
+        Its ``rounding`` (default :class:`~attnlearn.learner.tolerances.LongTolerances`).
 
     Returns
     -------
@@ -171,7 +172,7 @@ def information_limit(d, H, *, L, relative, tol=None, spacings=SPACINGS):
     Notes
     -----
     A group of the design has :math:`m=2\cdot2d+1` configurations with one :math:`u`
-    (:func:`~.long.coarse_pass` or :func:`~.long.random_pass`, :func:`~.long.placed_pass`).
+    (:func:`~.passes.coarse_pass` or :func:`~.passes.random_pass`, :func:`~.passes.placed_pass`).
     In the learner's favour:
 
     * each configuration's steps are evenly spaced at the best spacing of ``spacings``, unit
@@ -187,7 +188,7 @@ def information_limit(d, H, *, L, relative, tol=None, spacings=SPACINGS):
       2 nats);
     * the heights are shared by the group: :math:`|\Delta\gamma_h|/|\gamma_h|=\sigma_\gamma/\sqrt m`;
     * :math:`W_h=U^{-1}Y_h` and :math:`v_h=-U^{-1}\Gamma_h` carry these relative errors over
-      unamplified (:math:`U` orthogonal, as :func:`~.long.draw_groups` takes it; rows drawn
+      unamplified (:math:`U` orthogonal, as :func:`~.run.draw_groups` takes it; rows drawn
       independently would amplify them by :math:`\|U^{-1}\|_Fs/\sqrt d`, chapter 5b).
 
     The floor is the larger of the two relative errors. The learner's ``error_estimate`` is

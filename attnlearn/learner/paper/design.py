@@ -18,12 +18,14 @@ it is additive only over weights that sum to 1.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
-from .._arith import to_float, to_mp
-from ..rational import ratio_nodes
+from ..._arith import to_float, to_mp
+from ..nodes import Nodes
+from ..nodes import node_pairs
+from ..nodes import unit_rows
+from ..nodes import scale_factor
 
 __all__ = [
     "Nodes",
@@ -40,53 +42,6 @@ __all__ = [
     "Design",
     "build_design",
 ]
-
-LENGTHS = (0.8, 1.2)  # random lengths of the directions (a design choice, not a tolerance: see unit_rows)
-
-
-@dataclass(frozen=True)
-class Nodes:
-    r"""The :math:`2n` queries of one configuration.
-
-    Attributes
-    ----------
-    pairs : list of (int, int)
-        :math:`(s, t)`: :math:`s` copies of :math:`x` then :math:`t` of :math:`q`.
-    ts : list
-        The nodes :math:`t/s` (ints for the copies, :class:`fractions.Fraction` for ratios).
-    """
-
-    pairs: list
-    ts: list
-
-    @property
-    def max_length(self):
-        """Longest query of a configuration, :math:`\\max(s+t)`."""
-        return max(s + t for s, t in self.pairs)
-
-    @property
-    def m(self):
-        """Number of samples per configuration."""
-        return len(self.ts)
-
-
-def node_pairs(n, nodes):
-    """The :class:`Nodes` of family ``nodes`` (``"copies"`` or ``"ratios"``) for ``n`` heads."""
-    if nodes == "copies":
-        return Nodes([(1, t) for t in range(1, 2 * n + 1)], list(range(1, 2 * n + 1)))
-    pairs = ratio_nodes(n)
-    return Nodes(pairs, [Fraction(t, s) for s, t in pairs])
-
-
-def unit_rows(rng, n, d):
-    """``n`` random directions in :math:`\\mathbb R^d` with random lengths in [0.8, 1.2].
-
-    In d = 1 unit vectors are only :math:`\\pm1`, and :math:`q=u` would give the token
-    :math:`x=0` with probability 1/2: the random length avoids it."""
-    z = rng.normal(size=(n, d))
-    z *= rng.uniform(*LENGTHS, size=(n, 1)) / np.sqrt(np.einsum("ij,ij->i", z, z))[:, None]
-    return z
-
 
 @dataclass
 class Directions:
@@ -110,16 +65,6 @@ def draw_directions(rng, d, *, bias=False):
                           np.concatenate([base, unit_rows(rng, d, d)[None]]),
                           np.concatenate([cross, unit_rows(rng, 1, d)]))
     return Directions(q, base, cross)
-
-
-# ---- the query scale (DESIGN §5): |u| |q_k| = f, so that ell = u^T W q spreads like f times the probe's
-def scale_factor(max_abs_ell, spread, tol):
-    r"""Scale factor :math:`f` of the queries from the probe's :math:`\max_h|\ell_h|`.
-
-    The probe has :math:`|u|,|q_1|\approx1`; scaling :math:`|u|\,|q_k|` by :math:`f` spreads
-    the poles about ``spread``, within ``tol.scale_clip``."""
-    f = spread / max_abs_ell if max_abs_ell > 0 else 1.0
-    return float(np.clip(f, *tol.scale_clip))
 
 
 def scale_q(directions, f):

@@ -20,11 +20,11 @@ from math import gcd
 import mpmath
 import numpy as np
 
-from .._arith import to_float, to_mp
-from ..errors import CheckFailedError
-from ..rational import _mp_miss, _mpnode, gauss_newton_mp, jacobian
-from .asking import ask_nodes
-from .tolerances import MEASURE_DPS, POLISH_STEPS
+from ..._arith import to_float, to_mp
+from ...errors import CheckFailedError
+from ...rational import _mp_miss, _mpnode, gauss_newton_mp, jacobian
+from ..asking import ask_nodes
+from ..tolerances import MEASURE_DPS, POLISH_STEPS
 
 __all__ = ["check_nodes", "check_positions", "polish_onto_samples", "verify_fits"]
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from ..errors import IllConditionedError
+from ...errors import IllConditionedError
 
 __all__ = ["RootSet", "lean_system", "track_paths", "complete_roots"]
 
@@ -110,7 +110,8 @@ def lean_system(gamma, tau, G):
 
 
 def _product(cols, skip, one):
-    """The product of the columns ``cols`` but those in ``skip`` (``one`` if none is left)."""
+    """The product of the entries of ``cols`` (columns, or one row's mpmath numbers) but those in ``skip``
+    (``one`` if none is left)."""
     out = one
     for k, c in enumerate(cols):
         if k not in skip:
@@ -228,9 +229,9 @@ def _polish_mp(gamma, tau, G, x0, tol):
         A = [[1 + x[k] * tau[i] for k in range(m)] for i in range(m)]
         F, J = [], []
         for i in range(m):
-            but = [_mp_product(A[i], (k,), one) for k in range(m)]
+            but = [_product(A[i], (k,), one) for k in range(m)]
             F.append(mpmath.fsum(gamma[h] * but[h] for h in range(m)) - G[i] * but[0] * A[i][0])
-            J.append([tau[i] * (mpmath.fsum(gamma[h] * _mp_product(A[i], (h, k), one) for h in range(m) if h != k)
+            J.append([tau[i] * (mpmath.fsum(gamma[h] * _product(A[i], (h, k), one) for h in range(m) if h != k)
                                 - G[i] * but[k]) for k in range(m)])
         try:
             dx = mpmath.lu_solve(mpmath.matrix(J), mpmath.matrix(F))
@@ -242,15 +243,6 @@ def _polish_mp(gamma, tau, G, x0, tol):
         if step <= tol * max(size, 1):
             return x
     return None
-
-
-def _mp_product(row, skip, one):
-    """The product of ``row``'s entries but those in ``skip``."""
-    out = one
-    for k, c in enumerate(row):
-        if k not in skip:
-            out = out * c
-    return out
 
 
 def complete_roots(gamma, tau, G, *, rng, label="a configuration"):

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._arith import to_float
-from ..matching import match_candidates
+from ..._arith import to_float
+from ...matching import match_candidates
 
 __all__ = ["link_sets", "scales", "scaled_err", "BlockEquations", "label_links", "CrossLabels", "label_crosses"]
 

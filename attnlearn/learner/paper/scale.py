@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import RecoveryError
-from .asking import ask_nodes, ask_probe
-from .design import unit_rows
+from ...errors import RecoveryError
+from ..asking import ask_probe
+from ..nodes import unit_rows
 from .fitting import fit_probe
 
 __all__ = ["Probe", "find_scale"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._arith import absmax, solve, to_float
-from ..matching import match_candidates
-from ..rational import fit_known_degree, fit_masked
+from ..._arith import absmax, solve, to_float
+from ...matching import match_candidates
+from ...rational import fit_known_degree, fit_masked
 from .fitting import fit_at_constants, subset_fit
 from .labelling import link_sets, scales
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from .._arith import norm, solve, to_float
-from ..canonical import canonical
-from ..errors import NotIdentifiableError
-from ..model import MultiHeadAttention
-from .tolerances import Tolerances
+from ..._arith import solve, to_float
+from ..tolerances import Tolerances
+from ..heads import HeadMatrices
+from ..heads import canonical_heads
 
 __all__ = [
     "row_errors",
@@ -329,16 +328,6 @@ def solve_v(design, eq, perm, state, observed, *, tol):
     return sol[0], bnd[0]
 
 
-@dataclass
-class HeadMatrices:
-    r"""``W`` (H, d, d) the recovered :math:`W_h`; ``err_cols`` (H, d, d) the bounds of
-    :math:`[w_{h,1}\cdots w_{h,d}]`; ``Qinv`` :math:`|Q^{-1}|` (float64)."""
-
-    W: np.ndarray
-    err_cols: np.ndarray
-    Qinv: np.ndarray
-
-
 def assemble_W(design, blocks, crosses):
     r""":math:`W_h=[w_{h,1}\cdots w_{h,d}]\,Q^{-1}`, block k's heads relabelled by the crosses."""
     d, H = design.table.d, crosses.perm.shape[1]
@@ -357,25 +346,3 @@ def assemble_W(design, blocks, crosses):
     return HeadMatrices(Wm, Ecols, Qinv)
 
 
-def canonical_heads(heads, v, err_v, *, tol):
-    r"""The canonical model of the heads :math:`(W_h, v_h)` and its relative first-order error
-    estimate in the Frobenius norms of :func:`attnlearn.param_error`
-    (:math:`|dW_h|\le|dW_{cols}|\,|Q^{-1}|` entrywise), times ``tol.estimate_factor``.
-    Returns ``(model, estimate)``.
-
-    Raises
-    ------
-    NotIdentifiableError
-        A head recovered with :math:`v=0`.
-    """
-    rel = []
-    for h in range(len(heads.W)):
-        nW, nv = norm(heads.W[h]), norm(v[h])
-        eW = float(np.linalg.norm(heads.err_cols[h] @ heads.Qinv))
-        evv = float(np.linalg.norm(err_v[h]))
-        rel.append(max(eW / nW if nW > 0 else eW, evv / nv if nv > 0 else evv))
-    estimate = tol.estimate_factor * float(max(rel))
-    for h in range(len(heads.W)):
-        if norm(v[h]) == 0:
-            raise NotIdentifiableError(f"head {h} was recovered with v = 0 (not a canonical head)")
-    return canonical(MultiHeadAttention(heads.W, v), atol=0), estimate

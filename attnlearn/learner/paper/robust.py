@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import IllConditionedError
-from ..matching import Matching, match_candidates
-from ..rational import fit_masked
-from .asking import ask_nodes
-from .design import scale_cross_u, scale_q, scale_u, unit_rows
+from ...errors import IllConditionedError
+from ...matching import Matching, match_candidates
+from ...rational import fit_masked
+from ..asking import ask_nodes
+from ..nodes import unit_rows
+from .design import scale_cross_u, scale_q, scale_u
 from .labelling import link_sets, scaled_err, scales
 
 __all__ = ["Redraws", "redraw"]

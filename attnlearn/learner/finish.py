@@ -1,97 +1,19 @@
-r"""The learner's checks and its finish: head count, first-order range, significance, held-out queries.
+r"""The end of every design's run: held-out random sequences the model must reproduce, the
+:class:`~.results.Recovery` (:func:`finish`) and the zero function when no head is found.
 
-Used in: chapter 4 (exact mode: every "probability one" event of DESIGN §4.5 detected, never
-passed silently) and chapter 5 (the first-order range of the error bounds, the error estimate
-and the held-out check of float64 mode).
+Used in: chapter 4 (the held-out check), chapter 5 (verification) and every design's run.
 """
 
 import numpy as np
 
-from .._arith import to_float, to_mp
+from .._arith import to_mp
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError, IllConditionedError
-from .fitting import scale_back
 from ..model import MultiHeadAttention
 from .results import Recovery
+from .samples import scale_back
 
-__all__ = ["check_head_count", "check_first_order", "check_significant", "check_fits", "holdout_batches", "finish",
-           "zero_function"]
-
-
-def check_head_count(found, n, *, heads_given, output_error, eps_out):
-    """With noisy outputs a head whose residue is below the output error is invisible: fewer
-    heads than ``heads=n`` cannot be certified (with ``max_heads`` the count is the user's bound).
-
-    Raises
-    ------
-    IllConditionedError
-    """
-    if output_error is not None and found < n and heads_given:
-        raise IllConditionedError(
-            f"found {found} canonical heads but heads={n}: with output error {eps_out:.1e} a head whose "
-            "residue lies below the noise cannot be told from a merged or cancelled one"
-        )
-
-
-def check_first_order(state, labels, *, tol):
-    """With a stated output error the bounds are first order: they mean something only while the
-    perturbations are small (without one, the oracle's rounding is far below this).
-
-    Raises
-    ------
-    IllConditionedError
-        Some configuration's relative perturbation of :math:`(\\ell,\\gamma)` exceeds
-        ``tol.first_order``.
-    """
-    rel_g = state.err_gamma / np.maximum(np.abs(to_float(state.gamma)), tol.tiny)
-    worst = np.maximum(state.err_ell.max(axis=1), rel_g.max(axis=1))
-    if worst.max() > tol.first_order:
-        c = int(np.argmax(worst))
-        raise IllConditionedError(
-            f"{labels[c]}: first-order perturbation of (ell, gamma) is {worst[c]:.1e} > {tol.first_order:g}: "
-            "the output error is beyond the range where the error bound holds"
-        )
-
-
-def check_significant(ell, gam, err_ell, err_gam, labels, *, S):
-    """Every residue must stand out of ``S`` times its error bound, and every pair of poles apart.
-
-    Raises
-    ------
-    IllConditionedError
-    """
-    C, H = ell.shape
-    if H == 0:
-        return
-    small = np.abs(gam) <= S * err_gam
-    if np.any(small):
-        c, h = np.argwhere(small)[0]
-        raise IllConditionedError(
-            f"{labels[c]}: residue gamma = {gam[c, h]:.2e} is within {S:g} x its error bound "
-            f"{err_gam[c, h]:.1e} (a vanishing residue: a head invisible in this configuration)"
-        )
-    if H > 1:
-        gap = np.abs(ell[:, :, None] - ell[:, None, :])
-        allowed = S * (err_ell[:, :, None] + err_ell[:, None, :])
-        close = (gap <= allowed) & ~np.eye(H, dtype=bool)[None]
-        if np.any(close):
-            c, a, b = np.argwhere(close)[0]
-            raise IllConditionedError(
-                f"{labels[c]}: poles ell = {ell[c, a]:.4g} and {ell[c, b]:.4g} are closer than {S:g} x their "
-                f"error bounds ({err_ell[c, a]:.1e}, {err_ell[c, b]:.1e}): two heads cannot be told apart here"
-            )
-
-
-def check_fits(state, labels, n, *, heads_given, output_error, eps_out, tol):
-    """The checks on every configuration's fit, in order: head count, first-order range (float64
-    with a stated output error), significance (exact mode; in float64 an insignificant value
-    shows up in the matching and the error estimate)."""
-    check_head_count(state.H, n, heads_given=heads_given, output_error=output_error, eps_out=eps_out)
-    if not tol.exact and state.H and output_error is not None:
-        check_first_order(state, labels, tol=tol)
-    if tol.exact:
-        check_significant(to_float(state.ell), to_float(state.gamma), state.err_ell, state.err_gamma, labels,
-                          S=tol.significance)
+__all__ = ["holdout_batches", "finish", "zero_function"]
 
 
 def holdout_batches(rng, holdout, max_length, d, *, f, exact):
@@ -110,7 +32,7 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
     ``eps_out`` and ``estimate`` are the float64 bounds; with ``stated`` (exact mode: the output error
     itself, an mpmath number) below ``eps_out`` (beyond 100 digits, see
     :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and ``output_error``
-    are scaled back to it (:func:`~.fitting.scale_back`).
+    are scaled back to it (:func:`~attnlearn.learner.samples.scale_back`).
 
     The held-out queries have every length up to ``holdout_length`` (default ``max_length``, the
     design's longest; ``design="long"`` asks shorter ones, see

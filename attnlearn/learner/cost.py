@@ -1,0 +1,147 @@
+r"""What a request costs, known before any query: every design's query count and longest query,
+the verification queries, and the refusal of an absurd cost (:func:`check_cost`).
+
+Used in: chapter 4 (the paper's exact count, claims C6, C7), chapter 5b (the long design's),
+chapter 7 (the biased design's and robust mode's fallback) and chapter 8 (the lean design's).
+"""
+
+from .nodes import ratio_grid
+from .tolerances import LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, LongTolerances, Tolerances
+
+__all__ = ["query_budget", "bias_budget", "lean_budget", "lean_holdout_count", "long_cost", "holdout_count", "check_cost", "learn_cost", "fallback_length", "fallback_cost"]
+
+
+def query_budget(d, n):
+    r"""The paper's count :math:`4nd^2-2n+1` and maximum length :math:`2n+1` (claims C6, C7)."""
+    return 4 * n * d * d - 2 * n + 1, 2 * n + 1
+
+
+def bias_budget(d, n):
+    r"""The biased design's count :math:`4nd^2+4nd-2n+1` and longest query :math:`2n+1` (module
+    docstring).
+
+    Parameters
+    ----------
+    d : int
+        Token width.
+    n : int
+        Heads the design serves.
+
+    Returns
+    -------
+    (int, int)
+        The design's query count and its longest query.
+
+    Used in: chapter 7."""
+    return 4 * n * d * d + 4 * n * d - 2 * n + 1, 2 * n + 1
+
+
+def holdout_count(holdout, n):
+    """Queries asked for ``holdout`` verification queries with :math:`n` heads: the first
+    ``min(holdout, Tolerances.check_configs)`` are check queries (:func:`~attnlearn.learner.paper.verify.verify_fits`), the
+    rest random sequences of at least one of every length :math:`1..2n+1`
+    (:func:`~attnlearn.learner.finish.holdout_batches`)."""
+    checks = min(holdout, Tolerances.check_configs)
+    rest = holdout - checks
+    return checks + (max(rest, 2 * n + 1) if rest else 0)
+
+
+def check_cost(parts, longest, *, max_queries, max_length, n):
+    """Refuse a request whose cost is absurd, before any query.
+
+    Parameters
+    ----------
+    parts : dict of str to int
+        The queries the request needs, by kind (e.g. ``design``, ``held-out``).
+    longest : int
+        Its longest query, in tokens.
+    max_queries, max_length : int
+        The limits (see :data:`~.tolerances.MAX_QUERIES` and :data:`~.tolerances.MAX_LENGTH`).
+    n : int
+        The number of heads (``heads`` or ``max_heads``) that sets the longest query.
+
+    Raises
+    ------
+    ValueError
+        More queries than ``max_queries`` or a query longer than ``max_length``, with the count.
+    """
+    total = sum(parts.values())
+    cost = (f"{total:,} queries ({', '.join(f'{k} {v:,}' for k, v in parts.items() if v)}) of up to "
+            f"{longest:,} tokens")
+    if total > max_queries:
+        raise ValueError(f"this request would ask {cost}, more than max_queries = {max_queries:,}: pass "
+                         f"max_queries={total} to allow it")
+    if longest > max_length:
+        raise ValueError(f"this request would ask {cost}: its longest query (2n + 1 with n = {n:,}) is longer "
+                         f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
+
+
+def learn_cost(d, n, *, robust, holdout, bias=False, design="paper"):
+    """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
+    the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7; with
+    ``design="lean"`` at most :math:`n(d^2+d)+2d-1`, :func:`~.lean.lean_budget`; with ``bias`` the
+    biased design's :math:`4nd^2+4nd-2n+1`, :func:`~attnlearn.learner.cost.bias_budget`), robust mode's :math:`d-1`
+    constants (:math:`d` with ``bias``) and the verification queries (:func:`holdout_count`; the lean
+    design's :func:`~.lean.lean_holdout_count`) (robust mode's redraws depend on the answers and are
+    not counted; neither is robust mode's fallback, :func:`fallback_cost`)."""
+    if design == "lean":
+        (count, longest), held_out = lean_budget(d, n), lean_holdout_count(holdout, n)
+    else:
+        (count, longest), held_out = (bias_budget(d, n) if bias else query_budget(d, n)), holdout_count(holdout, n)
+    parts = {"design": count, "constants": (d if bias else d - 1) if robust else 0, "held-out": held_out}
+    return parts, longest
+
+
+def fallback_length(*, robust, heads_given, n, max_length):
+    """The length of the long design's queries that robust mode falls back to (0: none): with
+    ``robust``, ``heads`` given (at most :data:`~.tolerances.LONG_MAX_HEADS`) and ``max_length``
+    given explicitly and at least :data:`~.tolerances.LONG_MIN_LENGTH`, the smaller of
+    ``max_length`` and :data:`~.tolerances.LONG_FALLBACK_LENGTH`."""
+    if not (robust and heads_given and n <= LONG_MAX_HEADS and max_length is not None
+            and max_length >= LONG_MIN_LENGTH):
+        return 0
+    return min(max_length, LONG_FALLBACK_LENGTH)
+
+
+def fallback_cost(d, n, L, *, holdout, bias):
+    """Queries of the long design at length ``L`` (:func:`~.long.long_cost`) with its held-out
+    queries: what robust mode's fallback may add."""
+
+    lt = LongTolerances()
+    parts, _ = long_cost(d, n, L, tol=lt, bias=bias)
+    return sum(parts.values()) + (max(holdout, lt.holdout_length) if holdout else 0)
+
+
+def lean_budget(d, n):
+    r"""The lean design's count :math:`n(d^2+d)+2d-1` (:math:`d^2+d+1` for :math:`n=1`) and its
+    longest query :math:`2n+1`, when all :math:`n` heads are canonical and a check query is
+    needed in every block (an upper bound otherwise).
+
+    Used in: chapter 8 (and by :func:`learn_cost`)."""
+    extra = 2 * (d - 1) if n >= 2 else 0  # the links and the checks
+    return 1 + 2 * n * d + n * d * (d - 1) + extra, 2 * n + 1
+
+
+def lean_holdout_count(holdout, n):
+    r"""Verification queries the lean design asks for ``holdout``: held-out random sequences only
+    (:func:`~attnlearn.learner.finish.finish`), at least one of every length :math:`1..2n+1`, so
+    :math:`\max(\text{holdout}, 2n+1)`, or 0 when ``holdout`` is 0. (The paper design's first
+    verification queries are check queries on its fits, :func:`holdout_count`; the
+    lean design's own links and check queries already test its fits, inside its count.)
+
+    Used in: chapter 8 (and by :func:`learn_cost`)."""
+    return max(holdout, 2 * n + 1) if holdout else 0
+
+
+def long_cost(d, H, L, *, tol, bias=False):
+    """The queries of the long design (by kind) and its longest query, known before any is asked:
+    ``V`` (:math:`d`; :math:`d+1` with ``bias``), the probe, the anchors (with ``bias`` one more
+    configuration per group, its origin), the two passes (:math:`2d` configurations per group
+    each), the links (three per group after the first, none with one head); every configuration
+    costs one query per ratio."""
+    R = len(ratio_grid(L, tol.ratios(H))[0])
+    parts = {"V": d + bias, "probe": tol.probe_configs * R,
+             "anchor": d * (tol.base_tries + 1 + bias) * R if H >= tol.anchored_heads else 0,
+             "coarse": d * tol.per_group(d) * R,
+             "placed": d * tol.per_group(d) * R, "links": (d - 1) * tol.link_configs * R if H > 1 else 0}
+    return parts, L

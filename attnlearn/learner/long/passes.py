@@ -1,0 +1,385 @@
+r"""The long design's passes over a group: the probe of the scale, the coarse (anchored) pass, the
+random and placed passes, with their repairs (:func:`_repair`, :func:`_trim`).
+
+Used in: chapter 5b (long queries) and chapter 7.
+"""
+
+import itertools
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from ...errors import IllConditionedError
+from .fit import GroupFit, _joint_positions, _label_to_reference, _positions_only, fit_config, fit_group
+
+__all__ = ["probe_scale", "coarse_pass", "random_pass", "placed_pass"]
+
+
+# ---------------------------------------------------------------- the stages
+def probe_scale(ctx, *, rng):
+    r"""Four configurations at :math:`|u|=|q|=d^{1/4}` (so :math:`c_h` has unit spread for
+    :math:`W\sim\mathcal N(0,1/d)`); returns the scale :math:`s` of :math:`u` and :math:`q` that
+    brings the root mean square of the :math:`c_h` seen to ``tol.spread`` nats (:math:`c` is
+    bilinear in :math:`u,q`), the correction clipped to ``tol.scale_clip``. With score biases
+    the positions also hold :math:`-\kappa_h=-u^\top c_h`, linear in :math:`u` alone, so that
+    part of the measured spread moves as the square root of the correction: large biases leave
+    the bilinear part below ``tol.spread`` (the anchor's stretch, measured from the group's
+    origin, then spreads the steps)."""
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    s0 = d**0.25
+    seen = []
+    for _ in range(tol.probe_configs):
+        u, q = _unit(rng, d) * s0, _unit(rng, d) * s0
+        F, sd = ctx.config(u, q)
+        Vq, Vq_sd, Vx, Vx_sd = ctx.ends(u, q)
+        _, c, g, _ = fit_config(ctx.z, F, sd, H, Vq=Vq, Vq_sd=Vq_sd, Vx=Vx, Vx_sd=Vx_sd)
+        seen.extend(c[np.abs(g) > 1e-3 * np.max(np.abs(g))])
+    rms = np.sqrt(np.mean(np.square(seen))) if seen else 0.0
+    factor = np.clip(tol.spread / max(rms, 1e-12), *tol.scale_clip)
+    return s0 * np.sqrt(factor)
+
+
+def _unit(rng, d):
+    v = rng.normal(size=d)
+    return v / np.linalg.norm(v)
+
+
+def coarse_pass(ctx, u, scale, *, rng):
+    r"""The first pass of one group, anchored: labels by continuity, not by clustering heights.
+
+    1. :func:`_anchor`: ``tol.base_tries`` random :math:`q` of norm ``scale``, each fitted
+       alone; the one whose steps are best separated relative to their extent (smallest gap
+       over largest :math:`|c_h|`) is the anchor :math:`q_0`, stretched (:math:`c` is linear in
+       :math:`q`; with biases affine, measured from the group's origin) so that its farthest step
+       sits ``tol.stretch`` nats out (from the origin's), and asked again.
+    2. :math:`2d` nudged configurations :math:`q_0+\eta w_j` (:math:`w_j` two random orthonormal
+       bases): :math:`\eta` moves the steps by about ``tol.nudge`` of the anchor's smallest gap,
+       so every configuration's fit starts at the anchor's positions and its heads are labelled
+       by the nearest anchor step (Hungarian on :math:`|c-c_0|`).
+    3. The joint fit of the group (:func:`fit_group`) with shared :math:`\gamma`, configurations
+       above the noise repaired (:func:`_repair`).
+
+    With random :math:`q` and :math:`H\ge4` most configurations have two steps within half a nat
+    (four positions of root mean square 2 nats), and heights :math:`\gamma_h` of two heads are
+    often alike: labels by clustering :math:`\gamma` fail there (``DESIGN-noise.md``). A nudged
+    configuration's steps stay within a fraction of a gap of the anchor's.
+
+    Returns ``(Q, F, sd, ends, fit)``."""
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    chi2_ok = tol.chi2_factor * _dof(ctx, H)
+    q0, F0, sd0, e0, single0, reach = _anchor(ctx, u, scale, rng=rng)
+    c_anchor = single0[1]
+    gap = np.min(np.diff(c_anchor)) if H > 1 else np.inf
+    rms = max(reach, 1e-12)
+    move = min(tol.nudge * gap, tol.nudge_max)
+    eta = move * np.linalg.norm(q0) / rms
+    m = tol.per_group(d)
+    Wd = np.vstack([np.linalg.qr(rng.normal(size=(d, d)))[0].T for _ in range(-(-m // d))])[:m]
+    Q, Fs, sds, ends, singles, perms = [q0], [F0], [sd0], [e0], [single0], [np.arange(H)]
+    for w in Wd:
+        q = q0 + eta * w
+        F, sd = ctx.config(u, q)
+        e = ctx.ends(u, q)
+        single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=c_anchor,
+                            chi2_ok=chi2_ok, rng=rng)
+        rows, cols = linear_sum_assignment(np.abs(single[1][:, None] - c_anchor[None, :]))
+        p = np.empty(H, int)
+        p[cols] = rows
+        Q.append(q)
+        Fs.append(F)
+        sds.append(sd)
+        ends.append(e)
+        singles.append(single)
+        perms.append(p)
+    Q, F, sd = np.array(Q), np.array(Fs), np.array(sds)
+    ends = tuple(np.array(x) for x in zip(*ends))
+    ok = np.array([sg[3] <= chi2_ok for sg in singles])
+    c0 = np.array([sg[1][p] for sg, p in zip(singles, perms)])
+    C0 = np.array([sg[0] for sg in singles])
+    fit = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, ok, single0[2], C0, c0))
+    return Q, F, sd, ends, fit
+
+
+def _anchor(ctx, u, scale, *, rng):
+    r""":func:`coarse_pass`'s anchor: the best separated of ``tol.base_tries`` random
+    configurations, stretched to ``tol.stretch`` nats and asked again; returns ``(q0, F, sd,
+    ends, (C, c, g, chi2), reach)`` of the stretched configuration, its heads sorted by
+    position, ``reach`` the root mean square of the part of its positions that is linear in
+    :math:`q` (all of them without biases).
+
+    With score biases :math:`b_h` (here so named: :math:`c_h` is a step's position) a step sits
+    at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top b_h`: affine in :math:`q`, not
+    linear. The group's *origin* :math:`q=0` (:func:`_origin`) shows :math:`-\kappa_h`, and the
+    stretch by :math:`\alpha` moves the candidate's steps from :math:`c_h` to
+    :math:`\alpha(c_h+\kappa_h)-\kappa_h`.
+
+    Raises
+    ------
+    IllConditionedError
+        No candidate fitted within the noise, the origin not fitted (:func:`_origin`), or the
+        stretched configuration's steps are not where the candidate's, stretched, predict them
+        (positions not affine in :math:`q`, or a head mislabelled).
+    """
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    chi2_ok = tol.chi2_factor * _dof(ctx, H)
+    best, chi2s = None, []
+    for _ in range(tol.base_tries):
+        q = _unit(rng, d) * scale
+        F, sd = ctx.config(u, q)
+        e = ctx.ends(u, q)
+        C, c, g, chi2 = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], chi2_ok=chi2_ok,
+                                   rng=rng)
+        chi2s.append(chi2)
+        if not chi2 <= chi2_ok:
+            continue
+        sep = (np.min(np.diff(c)) if H > 1 else 1.0) / max(np.max(np.abs(c)), 1e-12)
+        if best is None or sep > best[0]:
+            best = (sep, q, c, g, (F, sd, e, C))
+    if best is None:
+        raise IllConditionedError(
+            f"no configuration of a group was fitted within {tol.chi2_factor:g} x its noise (best chi2 per "
+            f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
+            "or the steps are beyond the window")
+    _, q, c, g, seen = best
+    origin = _origin(ctx, u, g, (*seen, c)) if ctx.bias else np.zeros(H)  # the steps at q = 0: -kappa_h
+    alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)), 1e-12), *tol.stretch_clip))
+    q0 = alpha * q
+    F, sd = ctx.config(u, q0)
+    e = ctx.ends(u, q0)
+    pred = np.sort(alpha * (c - origin) + origin) if ctx.bias else alpha * c
+    single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=pred, chi2_ok=chi2_ok,
+                        rng=rng)
+    gap = np.min(np.diff(pred)) if H > 1 else np.inf
+    if not (single[3] <= chi2_ok and np.max(np.abs(single[1] - pred)) <= 0.5 * min(gap, 2.0)):
+        raise IllConditionedError(
+            "a group's anchor configuration, stretched, does not show its steps where the stretch puts them "
+            f"(chi2 per degree of freedom {single[3] / _dof(ctx, H):.3g}): its heads cannot be told apart at "
+            "this output error")
+    reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.bias else np.sqrt(np.mean(single[1] ** 2))
+    return q0, F, sd, e, single, reach
+
+
+def _origin(ctx, u, g, candidate):
+    r"""With score biases: the positions :math:`-\kappa_h` of the group's steps at :math:`q=0`
+    (the configuration :math:`x=-u`, :math:`q=0`), fitted with the heights ``g`` of the anchor's
+    candidate fixed (so labelled as its heads), from the starts of :func:`_origin_starts` until
+    one fits within the noise. When none does, the best is refitted jointly with the candidate
+    (``candidate``: its ``(F, sd, ends, C, c)``; :func:`_joint_positions`, the heights shared
+    and free): the candidate's heights carry their own error, and a float64 oracle's noise is so
+    small that a height off in its sixth digit puts the origin's :math:`\chi^2` a hundred times
+    above its noise (drawn biases, steps of opposite heights close together).
+
+    Raises
+    ------
+    IllConditionedError
+        Neither fits within the noise."""
+    tol = ctx.tol
+    q = np.zeros(ctx.d)
+    F, sd = ctx.config(u, q)
+    ends = tuple(np.array([x]) for x in ctx.ends(u, q))
+    limit = tol.chi2_factor * (len(ctx.z) + 2)
+    best = (np.inf, None, None)
+    for start in _origin_starts(ctx, F, sd, ends):
+        c, C, cost = _positions_only(ctx.z, F, sd, g, start, ends, 0)
+        if cost < best[0]:
+            best = (cost, c, C)
+        if cost <= limit:
+            return c
+    cost, c, C = best
+    Fc, sdc, ec, Cc, cc = candidate
+    c, chi2 = _joint_positions(ctx.z, (Fc, F), (sdc, sd), (ec, tuple(e[0] for e in ends)), g, (Cc, C), (cc, c))
+    if max(chi2) <= limit:
+        return c[1]
+    raise IllConditionedError(
+        f"a group's origin (q = 0) is not fitted within {tol.chi2_factor:g} x its noise by the anchor's heights (chi2 "
+        f"{cost:.3g}; jointly with the anchor's candidate {max(chi2):.3g}): its score biases cannot be placed")
+
+
+def _origin_starts(ctx, F, sd, ends):
+    """:func:`_origin`'s starts, lazily, cheapest first: coinciding positions (zero biases), every
+    order (at most ``tol.max_permutations``) of a one-nat grid and of the positions of a free fit
+    of the same answers (:func:`fit_config`: drawn biases put the steps several nats apart, some
+    beyond the window), then ``tol.repair_random`` random positions over one and a half windows."""
+    H, tol = ctx.H, ctx.tol
+    yield np.zeros(H)
+    grid = np.arange(H) - (H - 1) / 2
+    yield from (np.array(p) for p in itertools.islice(itertools.permutations(grid), tol.max_permutations))
+    free = fit_config(ctx.z, F, sd, H, Vq=ends[0][0], Vq_sd=ends[1][0], Vx=ends[2][0], Vx_sd=ends[3][0],
+                      chi2_ok=tol.chi2_factor * _dof(ctx, H), rng=ctx.rng)[1]
+    yield from (np.array(p) for p in itertools.islice(itertools.permutations(free), tol.max_permutations))
+    half = 1.5 * ctx.z[-1]
+    yield from (np.sort(ctx.rng.uniform(-half, half, H)) for _ in range(tol.repair_random))
+
+
+def random_pass(ctx, u, scale, *, rng):
+    r"""The first pass of one group with at most ``tol.anchored_heads - 1`` heads (the
+    measured choice there: 20/20 at :math:`H=2`, :math:`d=16`, where the anchored pass's
+    nudged configurations, bunched around one :math:`q_0`, gave 14/20): :math:`2d` random
+    :math:`q` of norm ``scale``; every
+    configuration fitted alone (AAA start, weighted LM), the heads labelled against the
+    sorted-median reference of :math:`\gamma`, then the joint fit (:func:`fit_group`).
+
+    Returns ``(Q, F, sd, ends, fit)``."""
+    d, H = ctx.d, ctx.H
+    m = ctx.tol.per_group(d)
+    Q = np.array([_unit(rng, d) * scale for _ in range(m)])
+    Fs, sds, ends, singles = [], [], [], []
+    for q in Q:
+        F, sd = ctx.config(u, q)
+        e = ctx.ends(u, q)
+        singles.append(fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3],
+                                  chi2_ok=ctx.tol.chi2_factor * _dof(ctx, H), rng=rng))
+        Fs.append(F)
+        sds.append(sd)
+        ends.append(e)
+    F, sd = np.array(Fs), np.array(sds)
+    ends = tuple(np.array(x) for x in zip(*ends))
+    ok = np.array([s[3] <= ctx.tol.chi2_factor * _dof(ctx, H) for s in singles])
+    if not ok.any():
+        raise IllConditionedError(
+            f"no configuration of a group was fitted within {ctx.tol.chi2_factor:g} x its noise (best chi2 per "
+            f"degree of freedom {min(s[3] for s in singles) / _dof(ctx, H):.3g}): the stated noise is too small, "
+            "or the steps are beyond the window")
+    ref, perms = _label_to_reference([s[2] for s in singles], ok)
+    c0 = np.array([s[1][p] for s, p in zip(singles, perms)])
+    C0 = np.array([s[0] for s in singles])
+    # the heights from the configurations fitted within the noise, then the others placed under them
+    fit = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, ok, ref, C0, c0))
+    return Q, F, sd, ends, fit
+
+
+def _dof(ctx, H):
+    """Degrees of freedom of one configuration's fit (ratios + 2 ends - 2H - 1 parameters)."""
+    return max(len(ctx.z) + 2 - (2 * H + 1), 1)
+
+
+def _repair(ctx, F, sd, ends, fit):
+    """Configurations whose χ² is far above the noise (a local minimum, a wrong labelling) are
+    refitted alone with the group's heights fixed, from every order of their own positions (H!
+    starts, at most ``tol.max_permutations``) and random ones, then the group is refitted jointly.
+    With the heights known, a configuration's only unknowns are its positions and constant."""
+    H, R = ctx.H, len(ctx.z)
+    limit = ctx.tol.chi2_factor * (R + 2)
+    bad = np.flatnonzero(~(fit.chi2 <= limit))
+    c, C = fit.c.copy(), fit.C.copy()
+    half = ctx.z[-1] * 0.75
+    for j in bad:
+        best = (np.inf, None)
+        starts = list(itertools.islice(itertools.permutations(np.sort(c[j])), ctx.tol.max_permutations))
+        starts += [np.sort(ctx.rng.uniform(-half, half, H)) for _ in range(ctx.tol.repair_random)]
+        for perm in starts:
+            cj, Cj, cost = _positions_only(ctx.z, F[j], sd[j], fit.g, np.array(perm), ends, j)
+            if cost < best[0]:
+                best = (cost, (cj, Cj))
+            if cost <= limit:
+                break
+        c[j], C[j] = best[1]
+    return _fit_group_checked(ctx, F, sd, ends, fit.g, C, c)
+
+
+def _trim(ctx, F, sd, ends, fit):
+    r"""Heights freed from the configurations that pull them: when a group's joint fit stays
+    far above the noise (reduced :math:`\chi^2` over ``tol.trim_above``) after :func:`_repair`,
+    the configurations whose :math:`\chi^2` exceeds ``tol.trim_factor`` times the group's
+    median are set aside, the heights are fitted from the others, the set-aside ones are
+    repaired under those heights (:func:`_repair`: every order of their positions) and the
+    group is fitted jointly again; at most ``tol.trim_rounds`` rounds, each kept only if it
+    lowers the group's :math:`\chi^2`.
+
+    Notes
+    -----
+    A configuration left in a wrong local minimum (two close steps of unequal heights passed
+    through each other) pulls the shared heights :math:`\gamma` off; then *every*
+    configuration of the group sits above the noise, and :func:`_repair` refits them all under
+    those heights, which are off. Measured on the float64 oracle (:math:`H=4`, :math:`d=32`,
+    :math:`\varepsilon=10^{-16}`, ``benchmarks/noise_design.py`` seed 0): after one repair,
+    three such configurations of 129 left one group at reduced :math:`\chi^2` :math:`10^{14}`,
+    its :math:`\gamma` 3e-5 off and the returned model 5e-5 off while the other 31 groups were
+    within 1e-11; the culprits had the three largest :math:`\chi^2`, 100 to 10^4 times the
+    median. With this stage: that group at reduced :math:`\chi^2` 0.16, the model 6e-11 off.
+
+    Used in: chapter 5b (through ``learn(..., design="long")``)."""
+    tol = ctx.tol
+    for _ in range(tol.trim_rounds):
+        if fit.reduced <= tol.trim_above:
+            break
+        suspect = ~(fit.chi2 <= tol.trim_factor * np.median(fit.chi2))
+        keep = ~suspect
+        if not suspect.any() or keep.sum() < tol.trim_keep * len(keep):
+            break
+        trial = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, keep, fit.g, fit.C, fit.c))
+        if not np.sum(trial.chi2) < np.sum(fit.chi2):
+            break
+        fit = trial
+    return fit
+
+
+def _fit_kept(ctx, F, sd, ends, keep, g, C, c):
+    r"""The group's joint fit on the configurations ``keep`` only (heights started at ``g``),
+    returned for the whole group: the others keep their positions ``C``, ``c`` and a
+    :math:`\chi^2` of infinity, so that :func:`_repair` places them under the fitted heights.
+    Used by both first passes and by :func:`_trim`."""
+    sub = _fit_group_checked(ctx, F[keep], sd[keep], tuple(e[keep] for e in ends), g, C[keep], c[keep])
+    fit = GroupFit(g=sub.g, C=C.copy(), c=c.copy(), g_sd=sub.g_sd, c_sd=np.zeros_like(c),
+                   chi2=np.where(keep, 0.0, np.inf), reduced=sub.reduced)
+    fit.C[keep], fit.c[keep] = sub.C, sub.c
+    return fit
+
+
+def _fit_group_checked(ctx, F, sd, ends, g, C, c):
+    """:func:`fit_group`, a singular information matrix turned into :class:`IllConditionedError`."""
+    try:
+        return fit_group(ctx.z, F, sd, ends, g, C, c)
+    except np.linalg.LinAlgError:
+        raise IllConditionedError(
+            "a group's fit has a singular information matrix (a vanishing step height or two coinciding "
+            "steps): the heads cannot be told apart in this group") from None
+
+
+def placed_pass(ctx, u, Y, scale, *, rng):
+    r"""The second pass of one group: :math:`2d` values of :math:`q=-Y^+t+Nr` whose predicted
+    steps :math:`c=-Yq=t` sit on a grid ``tol.spacing`` nats apart (random order and offset),
+    :math:`N` a basis of the null space of :math:`Y` and :math:`r` random (so the :math:`q`
+    span :math:`\mathbb R^d`). When :math:`|Y^+t|` exceeds ``tol.placed_cap`` times the
+    pass's scale (nearly collinear :math:`y_h`), the grid is shrunk until it fits. With
+    :math:`H\ge d` there is no null space and the :math:`q` are random. With score biases
+    (``Y`` of :func:`regress_y` with its intercept column :math:`\kappa`) the steps sit at
+    :math:`-Yq-\kappa` and :math:`q=-Y^+(t+\kappa)+Nr` (the grid halved at most
+    ``tol.placed_halvings`` times: :math:`-Y^+\kappa` alone may exceed the cap).
+
+    Returns ``(Q, F, sd, ends, c_pred)``."""
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    m = tol.per_group(d)
+    kappa = Y[:, d] if Y.shape[1] > d else np.zeros(H)
+    Y = Y[:, :d]
+    pinv = np.linalg.pinv(Y)
+    _, sv, Vt = np.linalg.svd(Y)
+    N = Vt[H:].T if H < d else np.zeros((d, 0))
+    Q, Fs, sds, ends, preds = [], [], [], [], []
+    for _ in range(m):
+        if H < d:
+            t = tol.spacing * (rng.permutation(H) - (H - 1) / 2) + rng.uniform(-1, 1)
+            if ctx.bias:
+                qt = -pinv @ (t + kappa)
+                for _ in range(tol.placed_halvings):
+                    if np.linalg.norm(qt) <= tol.placed_cap * scale:
+                        break
+                    t = t / 2
+                    qt = -pinv @ (t + kappa)
+                qt = qt * min(1.0, tol.placed_cap * scale / max(np.linalg.norm(qt), 1e-300))
+            else:
+                qt = -pinv @ t
+                while np.linalg.norm(qt) > tol.placed_cap * scale:
+                    t, qt = t / 2, qt / 2
+            r = rng.normal(size=N.shape[1])
+            room = max(scale**2 - qt @ qt, 0.25 * scale**2)
+            q = qt + N @ (r / np.linalg.norm(r) * np.sqrt(room)) if N.shape[1] else qt
+        else:
+            q = _unit(rng, d) * scale
+        F, sd = ctx.config(u, q)
+        Q.append(q)
+        Fs.append(F)
+        sds.append(sd)
+        ends.append(ctx.ends(u, q))
+        preds.append(-Y @ q - kappa)
+    return np.array(Q), np.array(Fs), np.array(sds), tuple(np.array(x) for x in zip(*ends)), np.array(preds)

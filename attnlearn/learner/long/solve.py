@@ -1,0 +1,166 @@
+r"""The long design's solves: each group's regression (:func:`regress_y`), the links between groups,
+the heads (:func:`solve_heads`), their error estimate and the check of :math:`V`.
+
+Used in: chapter 5b (long queries) and chapter 7.
+"""
+
+import itertools
+
+import numpy as np
+from scipy.special import expit
+
+from ...errors import CheckFailedError, IllConditionedError, UnmatchedHeadsError
+from .passes import _unit
+
+__all__ = ["regress_y", "link_groups", "solve_heads", "estimate_error", "check_V"]
+
+
+def regress_y(Q, fit, *, tol, intercept=False):
+    r""":math:`y_h=W_h^\top u` from :math:`c_{h,j}=-y_h^\top q_j` over the group's configurations,
+    weighted by the positions' standard deviations; rows beyond ``tol.outlier_sigma`` standard
+    deviations are dropped (at most ``tol.outlier_rounds`` times). Returns ``(Y, covs, used)``:
+    ``Y`` (H, d), the covariance of every row (H, d, d) and the rows used (H, m) bool. With
+    ``intercept`` (score biases: :math:`c_{h,j}=-y_h^\top q_j-\kappa_h`,
+    :math:`\kappa_h=u^\top c_h`) every row of ``Y`` is :math:`(y_h,\kappa_h)`, (H, d + 1), and its
+    covariance (H, d + 1, d + 1).
+
+    Raises
+    ------
+    IllConditionedError
+        Fewer than :math:`d+1` configurations (:math:`d+2` with the intercept) left for some head, fewer than
+        ``tol.regression_keep`` of them kept, or a reduced :math:`\chi^2` above
+        ``tol.regression_chi2`` (mislabelled heads: the positions are not linear in :math:`q`).
+    """
+    m, H = fit.c.shape
+    if intercept:
+        Q = np.column_stack([Q, np.ones(m)])
+    d = Q.shape[1]
+    Y, covs, used = np.zeros((H, d)), np.zeros((H, d, d)), np.zeros((H, m), bool)
+    for h in range(H):
+        keep = np.ones(m, bool)
+        for _ in range(tol.outlier_rounds):
+            A = -Q[keep] / fit.c_sd[keep, h, None]
+            bvec = fit.c[keep, h] / fit.c_sd[keep, h]
+            y, *_ = np.linalg.lstsq(A, bvec, rcond=None)
+            resid = np.abs(-Q @ y - fit.c[:, h]) / fit.c_sd[:, h]
+            new = resid <= tol.outlier_sigma * max(1.0, np.sqrt(np.median(resid[keep] ** 2)))
+            if np.array_equal(new, keep):
+                break
+            keep = new
+            if keep.sum() < d + 1:
+                raise IllConditionedError(
+                    f"only {keep.sum()} of {m} configurations of a group agree on head {h + 1}'s steps "
+                    f"(need {d + 1}): the fits are unreliable at this output error")
+        A = -Q[keep] / fit.c_sd[keep, h, None]
+        cov = np.linalg.inv(A.T @ A)
+        red = float(np.sum((A @ y - fit.c[keep, h] / fit.c_sd[keep, h]) ** 2)) / max(1, keep.sum() - d)
+        if red > tol.regression_chi2 or keep.sum() < tol.regression_keep * m:
+            raise IllConditionedError(
+                f"head {h + 1}'s step positions in a group are not linear in q (reduced chi2 {red:.3g} over "
+                f"{keep.sum()} of {m} configurations): some configurations' heads are mislabelled")
+        Y[h], covs[h], used[h] = y, cov * max(1.0, red), keep
+    return Y, covs, used
+
+
+def link_groups(ctx, U, groups, scale, *, rng):
+    r"""Match every group's heads to group 1's: three configurations with :math:`u=u_1+u_k`; for
+    every pairing :math:`\pi` the predicted curve :math:`V^\top q+\sum_h(\gamma_{h,1}+
+    \gamma_{\pi(h),k})\sigma(-(y_{h,1}+y_{\pi(h),k})^\top q-z)` is compared with the answers
+    (weighted :math:`\chi^2`); with score biases the positions add
+    :math:`-(\kappa_{h,1}+\kappa_{\pi(h),k})` (:math:`\kappa` is linear in :math:`u`) and the
+    constant :math:`\beta`. Returns the permutations (d, H) and the margins (runner-up χ² over
+    the best's, inf with one head).
+
+    Raises
+    ------
+    UnmatchedHeadsError
+        The best pairing does not beat the runner-up by ``tol.link_margin``.
+    """
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    if H == 1:  # one head: nothing to match, no link asked
+        return np.zeros((d, 1), int), np.full(d, np.inf)
+    perms, margins = [np.arange(H)], [np.inf]
+    all_perms = np.array(list(itertools.permutations(range(H))))
+    g1, Y1 = groups[0]["g"], groups[0]["Y"]
+    for k in range(1, d):
+        u = U[0] + U[k]
+        gk, Yk = groups[k]["g"], groups[k]["Y"]
+        chi = np.zeros(len(all_perms))
+        for _ in range(tol.link_configs):
+            q = _unit(rng, d) * scale
+            F, sd = ctx.config(u, q)
+            Vq = ctx.ends(u, q)[0]
+            heights = g1[None, :] + gk[all_perms]  # (P, H)
+            qb = np.append(q, 1.0) if ctx.bias else q  # with biases a row of Y is (y, kappa)
+            pos = -(Y1 @ qb)[None, :] - (Yk @ qb)[all_perms]  # (P, H)
+            pred = Vq + np.einsum("prh,ph->pr", expit(pos[:, None, :] - ctx.z[None, :, None]), heights)
+            chi += np.sum(((pred - F[None, :]) / sd[None, :]) ** 2, axis=1)
+        order = np.argsort(chi)
+        margin = chi[order[1]] / max(chi[order[0]], 1e-300) if H > 1 else np.inf
+        if margin < tol.link_margin:
+            raise UnmatchedHeadsError(
+                f"link(1,{k + 1}): the best pairing of the heads of groups 1 and {k + 1} (chi2 {chi[order[0]]:.3g}) "
+                f"is within a factor {tol.link_margin:g} of the runner-up ({chi[order[1]]:.3g}): heads too alike")
+        perms.append(all_perms[order[0]])
+        margins.append(margin)
+    return np.array(perms), np.array(margins)
+
+
+def solve_heads(U, groups, perms):
+    r""":math:`W_h=U^{-1}Y_h` and :math:`v_h=-U^{-1}\Gamma_h`, the rows of :math:`Y_h` and
+    :math:`\Gamma_h` being group :math:`k`'s :math:`y` and :math:`\gamma` of the head matched to
+    head :math:`h` of group 1. With score biases the rows of :math:`Y_h` are
+    :math:`(y_{h,k},\kappa_{h,k})` and :math:`U^{-1}Y_h=[W_h\;c_h]` (:math:`\kappa_{h,k}=u_k^\top c_h`).
+    Returns ``(W, v, Uinv)``, ``W`` (H, d, d) or with biases (H, d, d + 1)."""
+    d = U.shape[0]
+    H = perms.shape[1]
+    Uinv = np.linalg.inv(U)
+    Yh = np.array([[groups[k]["Y"][perms[k][h]] for k in range(d)] for h in range(H)])  # (H, d, d[+1])
+    Gh = np.array([[groups[k]["g"][perms[k][h]] for k in range(d)] for h in range(H)])  # (H, d)
+    W = np.einsum("ij,hjk->hik", Uinv, Yh)  # with biases (H, d, d + 1): [W_h  c_h]
+    v = -Gh @ Uinv.T
+    return W, v, Uinv
+
+
+def estimate_error(W, v, Uinv, groups, perms, *, tol, beta=None, beta_sd=0.0):
+    r"""The relative parameter error to expect: the covariances of :math:`y_{h,k}` (regression)
+    and :math:`\gamma_{h,k}` (the group fits' inverse Fisher matrices) propagated through
+    :math:`W_h=U^{-1}Y_h`, :math:`v_h=-U^{-1}\Gamma_h` (groups independent):
+    :math:`E\|\Delta W_h\|_F^2=\sum_k\|U^{-1}e_k\|^2\operatorname{tr}\operatorname{cov}y_{h,k}`,
+    :math:`E\|\Delta v_h\|^2=\sum_k\|U^{-1}e_k\|^2\operatorname{var}\gamma_{h,k}`; the largest
+    over heads of the two relative root-mean-square errors, times ``tol.estimate_factor``.
+
+    With score biases (``W`` of :func:`solve_heads`, (H, d, d + 1)) also
+    :math:`E\|\Delta c_h\|^2=\sum_k\|U^{-1}e_k\|^2\operatorname{var}\kappa_{h,k}` relative to
+    :math:`\max(\|c_h\|,\|W_h\|)` and the offset's standard deviation ``beta_sd`` relative to
+    :math:`\max(|\beta|,\max_h\|v_h\|)`, the measure of :func:`~attnlearn.learner.paper.bias.bias_error`."""
+    d, H = len(groups), perms.shape[1]
+    col = np.sum(Uinv**2, axis=0)  # ||U^-1 e_k||^2
+    worst = 0.0
+    for h in range(H):
+        covs = [groups[k]["covY"][perms[k][h]] for k in range(d)]
+        trW = sum(col[k] * np.trace(covs[k][:d, :d]) for k in range(d))
+        trv = sum(col[k] * groups[k]["g_sd"][perms[k][h]] ** 2 for k in range(d))
+        nW = np.linalg.norm(W[h, :, :d])
+        worst = max(worst, np.sqrt(trW) / nW, np.sqrt(trv) / max(np.linalg.norm(v[h]), 1e-300))
+        if W.shape[2] > d:  # the score bias c_h
+            trc = sum(col[k] * covs[k][d, d] for k in range(d))
+            worst = max(worst, np.sqrt(trc) / max(np.linalg.norm(W[h, :, d]), nW))
+    if beta is not None:
+        worst = max(worst, beta_sd / max(abs(beta), np.max(np.linalg.norm(v, axis=1)), 1e-300))
+    return tol.estimate_factor * worst
+
+
+def check_V(v, V, estimate):
+    r"""The heads must add up to the :math:`V=\sum_hv_h` of the one-token queries (asked apart):
+    :math:`\|\sum_h\hat v_h-V\|\le` 10 times the estimate times :math:`\max_h\|\hat v_h\|`
+    (the held-out check's factor).
+
+    Raises
+    ------
+    CheckFailedError
+    """
+    gap = np.linalg.norm(v.sum(axis=0) - V) / max(np.max(np.linalg.norm(v, axis=1)), 1e-300)
+    if not gap <= 10 * estimate:
+        raise CheckFailedError(f"the recovered v_h add up to V only within {gap:.2e} (relative), more than 10 x the "
+                               f"error estimate {estimate:.1e}: some heads are mislabelled")
