@@ -11,6 +11,7 @@ from .canonical import canonical, default_atol, param_error
 from .errors import (
     AccuracyError,
     CheckFailedError,
+    ContextLimitError,
     IllConditionedError,
     InconsistentHeadCountError,
     NotIdentifiableError,
@@ -55,6 +56,7 @@ __all__ = [
     "IllConditionedError",
     "CheckFailedError",
     "AccuracyError",
+    "ContextLimitError",
     "OneLayerTransformer",
     "learn_transformer",
     "TransformerRecovery",

@@ -12,6 +12,7 @@ __all__ = [
     "IllConditionedError",
     "CheckFailedError",
     "AccuracyError",
+    "ContextLimitError",
 ]
 
 
@@ -70,3 +71,22 @@ class AccuracyError(RecoveryError):
         self.certified = certified
         self.requested = requested
         self.recovery = recovery
+
+
+class ContextLimitError(RecoveryError):
+    """The oracle refused the queries a design needed for their length (its context is shorter)
+    and no other design left a recovery. The message names the length and every design's
+    outcome; ``__cause__`` is the oracle's refusal
+    (:class:`attnlearn.protocol.OracleRefusedError`).
+
+    Attributes
+    ----------
+    length : int
+        The length of the refused queries.
+
+    Used in: chapter 7.
+    """
+
+    def __init__(self, message, *, length):
+        super().__init__(message)
+        self.length = length

@@ -29,7 +29,7 @@ from collections import Counter
 import mpmath
 import numpy as np
 
-__all__ = ["check_oracle", "oracle_outputs", "Access", "OracleProtocolError", "OracleAnswerError"]
+__all__ = ["check_oracle", "oracle_outputs", "Access", "OracleProtocolError", "OracleAnswerError", "OracleRefusedError"]
 
 
 class OracleProtocolError(TypeError):
@@ -39,6 +39,24 @@ class OracleProtocolError(TypeError):
 
 class OracleAnswerError(ValueError):
     """The oracle returned answers that the protocol does not allow (count, shape, type, NaN/inf)."""
+
+
+class OracleRefusedError(RuntimeError):
+    """The oracle raised an exception of its own for a batch of queries, for example a served model
+    whose context is shorter than the queries. The message names the batch and its length;
+    ``__cause__`` is the oracle's exception.
+
+    Attributes
+    ----------
+    length : int
+        The length :math:`N` of the refused queries.
+
+    Used in: chapter 7 (a layer with a short context, through robust mode's fallback).
+    """
+
+    def __init__(self, message, *, length):
+        super().__init__(message)
+        self.length = length
 
 
 def check_oracle(oracle, d=None):
@@ -150,13 +168,19 @@ class Access:
         an object array of ``mpf``.
 
         Raises :class:`OracleAnswerError` (a ``ValueError``) naming ``what`` when the oracle returns
-        the wrong number of answers, non-real or non-numeric ones, or NaN/inf.
+        the wrong number of answers, non-real or non-numeric ones, or NaN/inf, and
+        :class:`OracleRefusedError` when the oracle raises an exception of its own (the queries
+        are not counted: none was answered).
         """
         Xs = np.asarray(Xs) if not isinstance(Xs, np.ndarray) else Xs
         if Xs.ndim != 3 or Xs.shape[2] != self.d:
             raise ValueError(f"queries must have shape (n, N, {self.d}), got {Xs.shape}")
         n, N = Xs.shape[0], Xs.shape[1]
-        y = self.oracle.batch(Xs)
+        try:
+            y = self.oracle.batch(Xs)
+        except Exception as exc:  # the oracle's own refusal (a short context, a fault): named, never lost
+            raise OracleRefusedError(f"the oracle raised {type(exc).__name__} for {what} ({n:,} queries of {N:,} "
+                                     f"tokens): {exc}", length=N) from exc
         self.queries += n
         self.lengths[N] += n
         self.max_length = max(self.max_length, N)

@@ -6,7 +6,7 @@ import pytest
 
 from attnlearn import Oracle, canonical, learn, learn_single_head, param_error
 from attnlearn.model import random_model
-from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError, check_oracle
+from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError, OracleRefusedError, check_oracle
 
 
 class UserOracle:
@@ -104,3 +104,21 @@ def test_access_counts_and_converts():
     exact_inf = UserOracle(m, exact=True, dps=30, mangle=lambda Xs, y: np.array([mpmath.inf] * len(y)))
     with pytest.raises(OracleAnswerError, match=r"non-finite value \(NaN or inf\) for a query \(query 0 of the batch: \+inf\)"):
         Access(exact_inf).batch(np.zeros((1, 1, 2)))
+
+
+def test_an_oracles_own_exception_is_named_with_the_length_and_kept_as_cause():
+    """An oracle that raises (a served model's context, a fault of its own) is never lost nor
+    mistaken for the learner's failure: OracleRefusedError names what was asked and its length,
+    the oracle's exception is its cause, and the refused queries are not counted."""
+    def short_context(Xs, y):
+        if Xs.shape[1] > 3:
+            raise ValueError(f"sequence of {Xs.shape[1]} tokens: the context holds 3")
+        return y
+
+    acc = Access(UserOracle(random_model(1, 2, seed=0), mangle=short_context))
+    acc(np.zeros((2, 3, 2)), "two short queries")
+    with pytest.raises(OracleRefusedError, match=r"the oracle raised ValueError for four long queries \(4 queries "
+                                                 r"of 5 tokens\): sequence of 5 tokens: the context holds 3") as info:
+        acc(np.zeros((4, 5, 2)), "four long queries")
+    assert info.value.length == 5 and isinstance(info.value.__cause__, ValueError)
+    assert acc.queries == 2 and acc.max_length == 3

@@ -7,12 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnlearn import (AccuracyError, MultiHeadAttention, Oracle, RecoveryError, canonical, learn,  # noqa: E402
-                       param_error)
+from attnlearn import (AccuracyError, ContextLimitError, MultiHeadAttention, Oracle, RecoveryError,  # noqa: E402
+                       canonical, learn, param_error)
 from attnlearn.learner.tolerances import FALLBACK_ESTIMATE  # noqa: E402
 from attnlearn.layer import AttentionLayer  # noqa: E402
 from attnlearn.learner.cost import holdout_count  # noqa: E402
-from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError  # noqa: E402
+from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError, OracleRefusedError  # noqa: E402
 from attnlearn.torch import TorchOracle, from_torch, module_parameters  # noqa: E402
 
 
@@ -384,3 +384,51 @@ def test_robust_fallback_returns_the_paper_recovery_when_the_long_design_raises(
     assert rec.diagnostics.fallback.startswith("the paper's design returned an error estimate")
     assert rec.queries["abandoned"] > 0 and rec.queries["total"] == oracle.queries
     assert rec.queries["total"] == plain.queries["total"] + rec.queries["abandoned"]
+
+
+class _Context:
+    """A served layer's context: the oracle raises its own ValueError for a sequence longer than
+    ``limit`` tokens, and records the longest sequence it was sent."""
+
+    exact, dps = False, None
+
+    def __init__(self, oracle, limit):
+        self.oracle, self.d, self.limit, self.longest = oracle, oracle.d, limit, 0
+
+    def batch(self, Xs):
+        self.longest = max(self.longest, np.shape(Xs)[1])
+        if np.shape(Xs)[1] > self.limit:
+            raise ValueError(f"sequence of {np.shape(Xs)[1]} tokens exceeds the context ({self.limit})")
+        return self.oracle.batch(Xs)
+
+
+def test_a_context_shorter_than_max_length_keeps_the_paper_recovery():
+    """The paper's design returns an estimate above FALLBACK_ESTIMATE (d = 16, H = 2 at PyTorch's
+    default initialisation: 1e-4, a hundred times above it, on every kernel tried); the fallback's
+    4,096-token queries are refused: the paper's recovery is returned, the refusal named."""
+    m, r = layer(16, 2, seed=4), np.random.default_rng(4).normal(size=16)
+    plain = learn(TorchOracle(m, readout=r), 16, heads=2, robust=True, seed=0)
+    assert plain.error_estimate > 10 * FALLBACK_ESTIMATE
+    oracle = _Context(TorchOracle(m, readout=r), 256)
+    rec = learn(oracle, 16, heads=2, robust=True, seed=0, max_length=4096)
+    assert rec.error_estimate == plain.error_estimate and rec.verified and rec.max_length == plain.max_length
+    assert "the oracle refused its queries of 4,096 tokens (ValueError('sequence of 4096 tokens exceeds" in \
+        rec.diagnostics.fallback and rec.diagnostics.fallback.endswith("the paper's recovery is returned")
+    assert rec.queries["total"] == oracle.oracle.queries == plain.queries["total"] + rec.queries["abandoned"]
+    assert param_error(rec.model, canonical(from_torch(m, readout=r))) <= rec.error_estimate
+
+
+def test_a_context_shorter_than_max_length_without_a_paper_recovery_names_the_limit():
+    m, r = _fallback_layer()
+    oracle = _Context(_ComplexShortQueries(TorchOracle(m, readout=r)), 256)
+    with pytest.raises(ContextLimitError, match=r"the paper's design failed \(PoleError: .*\); robust mode's fallback, "
+                       r'design="long" \(queries of 4,096 tokens\), the oracle refused its queries of 4,096 tokens '
+                       r"\(ValueError\('sequence of 4096 tokens exceeds the context \(256\)'\)\): its context is shorter; "
+                       r"pass its context as max_length \(at least 64\) to fall back within it") as info:
+        learn(oracle, 4, heads=2, robust=True, seed=1, max_length=4096)
+    assert info.value.length == 4096 and isinstance(info.value.__cause__, OracleRefusedError)
+    # given the context as max_length, nothing longer is sent and the fallback recovers within it
+    oracle = _Context(_ComplexShortQueries(TorchOracle(m, readout=r)), 256)
+    rec = learn(oracle, 4, heads=2, robust=True, seed=1, max_length=256)
+    assert oracle.longest == rec.max_length == 256 and rec.diagnostics.fallback.startswith("PoleError: ")
+    assert param_error(rec.model, canonical(from_torch(m, readout=r))) <= rec.error_estimate <= 1e-6

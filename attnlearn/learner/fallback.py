@@ -5,7 +5,9 @@ Used in: chapter 7 (a PyTorch layer at its default initialisation).
 
 from dataclasses import replace
 
-from ..errors import RecoveryError
+from ..errors import ContextLimitError, RecoveryError
+from ..protocol import OracleRefusedError
+from .tolerances import LONG_MIN_LENGTH
 
 __all__ = ["with_fallback"]
 
@@ -21,6 +23,12 @@ def with_fallback(pipeline):
     design fails too, the paper's recovery is returned if there was one (its estimate is honest,
     only poor; the long design's queries are then the abandoned ones), else the long design's
     error is raised with a note naming the first.
+
+    ``max_length`` is the oracle's context: the long design asks nothing longer. When the oracle
+    refuses the long queries all the same (its own exception, an
+    :class:`~attnlearn.protocol.OracleRefusedError`), no longer query is asked: the paper's
+    recovery is returned if there was one, its ``diagnostics.fallback`` naming the refusal,
+    else a :class:`~attnlearn.errors.ContextLimitError` names the length and both outcomes.
 
     The paper's design separates the heads of a configuration by :math:`2n` nodes in a window of
     :math:`\log 2n` nats; PyTorch's default initialisation crowds the poles of four heads there
@@ -46,14 +54,22 @@ def with_fallback(pipeline):
                            output_error=0.0 if opt.output_error is None else float(opt.output_error))
         try:
             rec = learn_long(oracle, long_opt, tol)
-        except RecoveryError as exc:
+        except (RecoveryError, OracleRefusedError) as exc:
+            refused = isinstance(exc, OracleRefusedError)
+            second = (f"the oracle refused its queries of {exc.length:,} tokens ({exc.__cause__!r})" if refused
+                      else f"then raised {type(exc).__name__}: {exc}")
+            if paper is None and refused:
+                raise ContextLimitError(
+                    f"the paper's design failed ({first}); robust mode's fallback, design=\"long\" (queries of "
+                    f"{opt.fallback:,} tokens), {second}: its context is shorter; pass its context as max_length (at "
+                    f"least {LONG_MIN_LENGTH}) to fall back within it", length=exc.length) from exc
             if paper is None:
                 exc.add_note(f'robust mode fell back to design="long" (queries of {opt.fallback} tokens) after '
                              f"this: {first}")
                 raise
             # the paper's recovery stands, with its own (honest, if poor) estimate
-            rec, first = paper, (f'{first}; design="long" (queries of {opt.fallback} tokens) then raised '
-                                 f"{type(exc).__name__}: {exc}; the paper's recovery is returned")
+            rec, first = paper, (f'{first}; design="long" (queries of {opt.fallback} tokens) {second}; the '
+                                 "paper's recovery is returned")
             abandoned = oracle.queries - mid
         rec.queries["abandoned"] = abandoned
         rec.queries["total"] += abandoned
