@@ -12,9 +12,17 @@ index), served from ``_build/html`` on 127.0.0.1:
 * every ``<img>`` is loaded (``naturalWidth > 0``);
 * every link into the book resolves to a file in ``_build/html`` (and its ``#fragment`` to an
   ``id`` on that page);
-* notebook pages carry a Binder launch button pointing at this repository and notebook.
+* notebook pages carry a Binder launch button pointing at this repository and notebook;
+* what a reader sees, at a window width of 1280 px and again at 1024 px: no Markdown table
+  left unrendered (a paragraph starting with ``|`` or any prose containing ``|:-``/``|--``),
+  no page-level horizontal overflow (the document is no wider than the window), every
+  printed output or error message that scrolls sideways inside its box, every
+  ``<img>`` with alt text that is neither empty nor a file hash, every image of the page's
+  content inside a ``<figure>`` with a non-empty caption, no MathJax error and no raw ``$``
+  or ``\\(`` in the visible prose (code blocks excepted).
 
-One full-page screenshot per page goes to ``_build/screenshots/``.
+One full-page screenshot per page and width goes to ``_build/screenshots/`` (1280 px) and
+``_build/screenshots/1024/``.
 
 The HTML is taken from ``_build/html``; it is built with ``make book`` first when missing or
 older than a source (``make test`` builds the book just before running this file).  The test
@@ -154,6 +162,7 @@ CHROME_FLAGS = [
     "--disable-dev-shm-usage",
     "--disable-extensions",
     "--window-size=1280,900",
+    "--hide-scrollbars",
     # Offline by construction: any host but the local server fails to resolve, so a page
     # that needs the internet shows it here (as a console error and in the network log).
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
@@ -191,6 +200,13 @@ const done = arguments[arguments.length - 1];
 (async () => {
   const out = {};
   try {
+    // under load the MathJax script may still be loading: wait for it (up to 30 s)
+    const t1 = Date.now();
+    const wanted = () => document.querySelector('.math, script[src*="mathjax"]');
+    while (wanted() && !(window.MathJax && MathJax.startup && MathJax.startup.promise)
+           && Date.now() - t1 < 30000) {
+      await new Promise(r => setTimeout(r, 100));
+    }
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
       await MathJax.startup.promise;
       out.mathjax = 'typeset';
@@ -231,6 +247,68 @@ return {
 };
 """
 
+# What a reader sees, measured at the current window width (item by item in _reader_problems).
+READER_JS = """
+const view = document.documentElement.clientWidth;
+const doc = Math.max(document.documentElement.scrollWidth, document.body.scrollWidth);
+const inCode = e => e.closest('pre, code, .highlight, script, style, mjx-container');
+const tableText = Array.from(document.querySelectorAll('p')).filter(e => !inCode(e))
+    .map(e => e.innerText.trim())
+    .filter(t => t.startsWith('|') || /\\|\\s*:?-+:?\\s*\\|/.test(t));
+const content = document.querySelector('article') || document.querySelector('main') || document.body;
+const imgs = Array.from(content.querySelectorAll('img'));
+const wide = Array.from(document.querySelectorAll('article *'))
+    .filter(e => !e.closest('pre, .highlight, .MathJax, mjx-container, .table-wrapper'))
+    .filter(e => e.getBoundingClientRect().right > view + 1)
+    .map(e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ')[0] : ''))
+    .slice(0, 5);
+// printed outputs and error messages (not code inputs) must wrap, not scroll sideways
+const scrolling = Array.from(document.querySelectorAll('div.cell_output pre, div.output pre'))
+    .filter(e => e.scrollWidth > e.clientWidth + 1)
+    .map(e => e.innerText.split('\\n').sort((a, b) => b.length - a.length)[0].slice(0, 60));
+return {
+  view: view,
+  doc: doc,
+  scrolling: scrolling,
+  wide: wide,
+  tables: tableText.map(t => t.slice(0, 80)),
+  imgs: Array.from(document.images).map(i => ({src: (i.getAttribute('src') || '').slice(-60),
+                                              alt: i.getAttribute('alt')})),
+  uncaptioned: imgs.filter(i => {
+      const f = i.closest('figure');
+      const c = f && f.querySelector('figcaption');
+      return !(c && c.innerText.trim());
+  }).map(i => (i.getAttribute('src') || '').slice(-60)),
+};
+"""
+
+# An alt text that is a file name or a hash (myst-nb's default is the image's file name).
+HASH_ALT = re.compile(r"^(?:[0-9a-f]{8,}|.*\.(?:png|svg|jpe?g|gif))$", re.IGNORECASE)
+# Raw TeX in the prose: display/inline delimiters, a lone dollar, \begin{...}.
+RAW_DOLLAR = re.compile(r"\$")
+
+
+def _reader_problems(drv, info, width: int) -> list[str]:
+    """Item 7's checks at one window width (the window is already that wide)."""
+    r = drv.execute_script(READER_JS)
+    out = []
+    if r["tables"]:
+        out.append(f"[{width}px] {len(r['tables'])} unrendered Markdown table(s), e.g. {r['tables'][:2]}")
+    if r["doc"] > r["view"] + 1:
+        out.append(
+            f"[{width}px] page-level horizontal overflow: document {r['doc']} px wide in a "
+            f"{r['view']} px window; wide elements e.g. {r['wide']}"
+        )
+    if r["scrolling"]:
+        out.append(f"[{width}px] {len(r['scrolling'])} output block(s) scrolling sideways, e.g. {r['scrolling'][:2]}")
+    bad_alt = [i["src"] for i in r["imgs"] if not (i["alt"] or "").strip() or HASH_ALT.match(i["alt"].strip())]
+    if bad_alt:
+        out.append(f"[{width}px] {len(bad_alt)} <img> without real alt text, e.g. {bad_alt[:3]}")
+    if r["uncaptioned"]:
+        out.append(f"[{width}px] {len(r['uncaptioned'])} image(s) without a figure caption, e.g. {r['uncaptioned'][:3]}")
+    return out
+
+
 RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{")
 
 
@@ -268,14 +346,14 @@ def _requests(drv) -> list[str]:
     return urls
 
 
-def _screenshot(drv, path: Path, height: int) -> None:
+def _screenshot(drv, path: Path, height: int, width: int = 1280) -> None:
     height = max(900, min(int(height), 30000))
     shot = drv.execute_cdp_cmd(
         "Page.captureScreenshot",
         {
             "format": "png",
             "captureBeyondViewport": True,
-            "clip": {"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1},
+            "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
         },
     )
     path.write_bytes(base64.b64decode(shot["data"]))
@@ -365,6 +443,10 @@ def test_page_renders_offline(page, server, driver, built_html, screenshot_dir):
             problems.append(f"{info['containers']} mjx-container for {info['mathElements']} math elements")
     if info["mathErrors"]:
         problems.append(f"MathJax errors: {info['mathErrors'][:5]}")
+    dollars = len(RAW_DOLLAR.findall(info["text"]))
+    if dollars:
+        at = [info["text"][max(0, m.start() - 40) : m.end() + 40] for m in RAW_DOLLAR.finditer(info["text"])]
+        problems.append(f"{dollars} raw $ in the visible text, e.g. {at[:3]}")
     raw = sorted({m.group(0) for m in RAW_TEX.finditer(info["text"])})
     if raw:
         snippets = [info["text"][max(0, m.start() - 40) : m.end() + 40] for m in RAW_TEX.finditer(info["text"])]
@@ -396,6 +478,19 @@ def test_page_renders_offline(page, server, driver, built_html, screenshot_dir):
         for h in binder:
             if not h.startswith(expected) or f"urlpath=tree/{page}.ipynb" not in unquote(h):
                 problems.append(f"Binder link {h} does not open {page}.ipynb via {expected}")
+
+    # 7. what a reader sees, at 1280 px and at 1024 px
+    problems.extend(_reader_problems(driver, info, 1280))
+    driver.set_window_size(1024, 900)
+    try:
+        time.sleep(0.3)  # let the layout settle at the new width
+        problems.extend(_reader_problems(driver, info, 1024))
+        narrow = screenshot_dir / "1024"
+        narrow.mkdir(exist_ok=True)
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        _screenshot(driver, narrow / (page.replace("/", "__") + ".png"), height, width=1024)
+    finally:
+        driver.set_window_size(1280, 900)
 
     elapsed = time.monotonic() - t0
     assert not problems, f"{url} ({info['title']!r}, {elapsed:.1f}s):\n" + "\n".join(problems)
