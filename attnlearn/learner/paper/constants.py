@@ -18,7 +18,8 @@ import numpy as np
 
 from ..._arith import absmax, solve, to_float
 from ...matching import match_candidates
-from ...rational import fit_known_degree, fit_masked
+from ...rational.degree import fit_known_degree
+from ...rational.floating import fit_masked
 from .fitting import fit_at_constants, subset_fit
 from .labelling import link_sets, scales
 

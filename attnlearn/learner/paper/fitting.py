@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._arith import to_float
-from ...rational import RationalFit, check_residuals, fit_checked, fit_min_degree
+from ...rational.degree import check_residuals, fit_checked, fit_min_degree
+from ...rational.family import RationalFit
 from ..samples import SampleErrors
 from ..samples import sample_errors
 from ..samples import scale_back
