@@ -11,7 +11,7 @@ import mpmath
 import numpy as np
 
 from .._arith import to_mp, working_precision
-from ..arguments import check_count, check_flag, check_oracle, check_real, check_seed
+from ..arguments import check_count, check_flag, check_heads, check_oracle, check_real, check_seed
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError
 from ..learner.learn import learn
@@ -177,9 +177,7 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
     if d < 2:
         raise ValueError("learn_transformer needs d >= 2: in d = 1 all nu_j are parallel (one kink at 0)")
     oracle = Access(oracle, d)  # every answer checked (count, type, finiteness) and counted here
-    if (heads is None) == (max_heads is None):
-        raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
-    n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
+    n = check_heads(heads, max_heads)
     seed = check_seed(seed, generator=False)
     robust = check_flag(robust, "robust")
     holdout = check_count(holdout, "holdout", 0)
