@@ -208,8 +208,23 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
                 **kw)
     q_att = oracle.queries - before
     with working_precision(oracle):
-        return _steps(oracle, att, q_att, seed=seed, holdout=holdout, grid=grid, perturbation=perturbation,
-                      max_shrinks=max_shrinks, max_units=max_units, holdout_tol=holdout_tol)
+        return _steps(oracle, att, q_att, _Settings(seed=seed, holdout=holdout, grid=grid, perturbation=perturbation,
+                                                    max_shrinks=max_shrinks, max_units=max_units,
+                                                    holdout_tol=holdout_tol))
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """:func:`learn_transformer`'s validated options of steps 2-5 and the held-out check (see its
+    parameters)."""
+
+    seed: int
+    holdout: int
+    grid: int
+    perturbation: float
+    max_shrinks: int
+    max_units: int
+    holdout_tol: float
 
 
 @dataclass(frozen=True)
@@ -264,17 +279,18 @@ class _Context:
         return list(y) if self.exact else [float(v) for v in y]
 
 
-def _steps(oracle, att, q_att, *, seed, holdout, grid, perturbation, max_shrinks, max_units, holdout_tol):
-    """Steps 2-5 and the checks, in the learner's working precision."""
+def _steps(oracle, att, q_att, settings):
+    """Steps 2-5 and the checks, in the learner's working precision (``settings``: :class:`_Settings`)."""
+    seed, holdout, holdout_tol = settings.seed, settings.holdout, settings.holdout_tol
     N = _Num(oracle.exact)
     Wl, vl = (to_mp(att.model.W), to_mp(att.model.v)) if oracle.exact else (att.model.W, att.model.v)
     ctx = _Context(oracle, N, np.random.default_rng([seed, 6]), _Tolerances.of(oracle, N), Wl, vl)
     b0 = oracle.queries
-    line, kinks, pieces, kstats, fscale = _kink_step(ctx, grid=grid, max_units=max_units)
+    line, kinks, pieces, kstats, fscale = _kink_step(ctx, grid=settings.grid, max_units=settings.max_units)
     q_kinks = oracle.queries - b0
     b0 = oracle.queries
-    Gs, shrinks, fit_res, sum_res = _region_gradients(ctx, line, kinks, pieces, perturbation=perturbation,
-                                                      max_shrinks=max_shrinks, fscale=fscale)
+    Gs, shrinks, fit_res, sum_res = _region_gradients(ctx, line, kinks, pieces, perturbation=settings.perturbation,
+                                                      max_shrinks=settings.max_shrinks, fscale=fscale)
     q_grad = oracle.queries - b0
     J, signs, eps_orient, orientation = _orientations(ctx, Gs, pieces)
     value_res = _value_check(ctx, Gs)
