@@ -70,8 +70,10 @@ def _find_kinks(g, N, tol, grid, *, min_width, hstep, max_rounds=60, max_samples
         runs = _collinear_runs(th, y, N, tol)
         kinks, pieces, split, new_verify = _kink_candidates(runs, th, y, confirmed, N)
         if new_verify:
-            verify_queries += _verify_kinks(new_verify, th, vals, confirmed, kinks, split, g=g, N=N, tol=tol,
-                                            hstep=hstep)
+            found, unresolved, spent = _verify_kinks(new_verify, th, vals, confirmed, g=g, N=N, tol=tol, hstep=hstep)
+            kinks.extend(found)
+            split.extend(unresolved)
+            verify_queries += spent
         if not split and len(kinks) == len(runs) - 1:
             kinks.sort()
             return kinks, pieces, {"samples": len(vals), "verify": verify_queries}
@@ -133,11 +135,14 @@ def _kink_candidates(runs, th, y, confirmed, N):
     return kinks, lines, split, new_verify
 
 
-def _verify_kinks(new_verify, th, vals, confirmed, kinks, split, *, g, N, tol, hstep):
+def _verify_kinks(new_verify, th, vals, confirmed, *, g, N, tol, hstep):
     """Confirm each candidate kink by two probes: a kink at theta* must have piece A just left of
     it and piece B just right of it (the intersection alone can fall inside A's or B's own region
     when an interval holds several kinks; the probes at theta* -+ h rule that out, unless a kink
-    lies within h of theta*). Appends to ``kinks`` and ``split``; returns the queries spent."""
+    lies within h of theta*). A confirmed kink is recorded in ``confirmed``; the probes of an
+    unconfirmed one become ordinary samples in ``vals``. Returns ``(kinks, split, queries)``: the
+    confirmed kinks, the intervals to split further and the queries spent."""
+    kinks, split = [], []
     probes = []
     for key, cand, pA, pB, eA, sB in new_verify:
         h = min(hstep, (cand - th[eA]) / 4, (th[sB] - cand) / 4)
@@ -153,7 +158,7 @@ def _verify_kinks(new_verify, th, vals, confirmed, kinks, split, *, g, N, tol, h
             vals[probes[2 * i]] = yl  # ordinary samples: more than one kink in between
             vals[probes[2 * i + 1]] = yr
             split.append((eA, sB))
-    return len(probes)
+    return kinks, split, len(probes)
 
 
 def _bisection(split, th, vals, *, min_width, max_samples):
