@@ -15,7 +15,7 @@ import numpy as np
 
 from .protocol import check_oracle as protocol_check
 
-__all__ = ["check_count", "check_flag", "check_real", "check_seed", "check_oracle"]
+__all__ = ["check_count", "check_heads", "check_flag", "check_real", "check_seed", "check_oracle"]
 
 
 def check_count(value, name, minimum=1):
@@ -36,6 +36,24 @@ def check_count(value, name, minimum=1):
         raise ValueError(f"{name} must be {what}, got {value}")
     return int(value)
 
+
+
+def check_heads(heads, max_heads):
+    """The head count of a multi-head learner: exactly one of ``heads`` (the number of heads) and
+    ``max_heads`` (an upper bound) given, a positive integer; returns it as an ``int``.
+
+    Used in: chapters 3-8 (:func:`attnlearn.learn`) and chapter 6 (:func:`attnlearn.learn_transformer`).
+
+    Raises
+    ------
+    ValueError
+        Both or neither given, or the one given below 1.
+    TypeError
+        The one given is not an integer.
+    """
+    if (heads is None) == (max_heads is None):
+        raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
+    return check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
 
 def check_flag(value, name):
     """``value`` as a ``bool`` if it is one (``True``/``False`` or a numpy bool); else TypeError."""

@@ -21,7 +21,8 @@ from attnlearn import (
     query_budget,
 )
 from attnlearn._arith import to_mp
-from attnlearn.transformer import KinkError, OrientationError, RegionFitError, _find_kinks, _Num
+from attnlearn.transformer import KinkError, OrientationError, RegionFitError
+from attnlearn.transformer.kinks import _find_kinks, _Num
 
 DPS = 60
 

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 from scipy.special import expit
 
-from ..rational import ratio_nodes
+from ..rational.family import ratio_nodes
 
 __all__ = ["LENGTHS", "Nodes", "node_pairs", "unit_rows", "scale_factor", "lean_nodes", "extra_node", "ratio_grid"]
 

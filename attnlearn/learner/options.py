@@ -7,7 +7,7 @@ and lean designs' options).
 
 from dataclasses import dataclass
 
-from ..arguments import check_count, check_flag, check_oracle, check_real, check_seed
+from ..arguments import check_count, check_flag, check_heads, check_oracle, check_real, check_seed
 from .cost import check_cost, fallback_cost, fallback_length, learn_cost, long_cost
 from .tolerances import FALLBACK_ESTIMATE, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, LongTolerances, Tolerances
 
@@ -101,9 +101,7 @@ def build_options(oracle, d, *, heads, max_heads, holdout, nodes, spread, method
         raise ValueError(f'relative_error is an option of design="long" (design="{design}" takes output_error)')
     given_length = max_length
     max_length = MAX_LENGTH if max_length is None else max_length
-    if (heads is None) == (max_heads is None):
-        raise ValueError("give exactly one of heads=H (the number of heads) or max_heads=H0 (an upper bound)")
-    n = check_count(heads if heads is not None else max_heads, "heads" if heads is not None else "max_heads")
+    n = check_heads(heads, max_heads)
     d = check_oracle(oracle, d)
     tol = Tolerances.for_mode(exact=oracle.exact, dps=oracle.dps)
     if method not in ("linearised", "loewner"):

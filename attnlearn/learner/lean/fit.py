@@ -13,7 +13,7 @@ import numpy as np
 
 from ..._arith import mp_solve, to_float, to_mp
 from ...errors import UnmatchedHeadsError
-from ...rational import fit_checked, fit_min_degree
+from ...rational.degree import fit_checked, fit_min_degree
 from ..asking import ask_nodes
 from ..heads import check_significant
 from ..nodes import node_pairs, scale_factor

@@ -13,6 +13,8 @@ from scipy.interpolate import AAA
 from scipy.optimize import least_squares, linear_sum_assignment
 from scipy.special import expit
 
+from .curve import step_jacobian, step_residuals
+
 __all__ = ["PRIOR", "fit_config", "GroupFit", "fit_group"]
 
 
@@ -22,10 +24,6 @@ PRIOR = 16.0
 
 
 # ---------------------------------------------------------------- fitting one configuration
-def _curve(z, C, c, g):
-    return C + expit(c[None, :] - z[:, None]) @ g
-
-
 def _aaa_start(z, G, H):
     """Starting steps from AAA in :math:`w=e^z`: :math:`\\sum_h\\gamma_hp_h/(p_h+w)` has poles
     :math:`-p_h=-e^{c_h}`; poles off the negative axis are moved onto it."""
@@ -68,19 +66,10 @@ def fit_config(z, F, sd, H, *, Vq, Vq_sd, Vx, Vx_sd, c0=None, chi2_ok=None, rng=
     ``(C, c, g, chi2)`` with heads sorted by ``c``.
     """
     def res(p):
-        C, c, g = p[0], p[1:H + 1], p[H + 1:]
-        return np.concatenate([(_curve(z, C, c, g) - F) / sd, [(C - Vq) / Vq_sd, (C + g.sum() - Vx) / Vx_sd],
-                               c / prior])
+        return step_residuals(z, F, sd, p[0], p[1:H + 1], p[H + 1:], (Vq, Vq_sd, Vx, Vx_sd), prior=prior)
 
     def jac(p):
-        C, c, g = p[0], p[1:H + 1], p[H + 1:]
-        s = expit(c[None, :] - z[:, None])
-        J = np.column_stack([np.ones_like(z), s * (1 - s) * g[None, :], s]) / sd[:, None]
-        ends = np.zeros((2 + H, 2 * H + 1))
-        ends[0, 0] = 1 / Vq_sd
-        ends[1, 0], ends[1, H + 1:] = 1 / Vx_sd, 1 / Vx_sd
-        ends[2 + np.arange(H), 1 + np.arange(H)] = 1 / prior
-        return np.vstack([J, ends])
+        return step_jacobian(z, sd, p[1:H + 1], p[H + 1:], ends_sd=(Vq_sd, Vx_sd), prior=prior)
 
     def run(c):
         C, g = _linear_g(z, F, sd, c)
@@ -127,23 +116,10 @@ def _group_blocks(z, F, sd, ends, g, C, c, prior=None):
     """Residuals and Jacobian blocks of every configuration: ``r`` (m, R+2+H), ``Jg`` (m, R+2+H, H),
     ``Jt`` (m, R+2+H, H+1) (columns C, c_1..c_H); rows: the ratios, the two ends, the prior."""
     prior = PRIOR if prior is None else prior
-    m, H = c.shape
-    Vq, Vq_sd, Vx, Vx_sd = ends
-    s = expit(c[:, None, :] - z[None, :, None])  # (m, R, H)
-    r_data = (C[:, None] + s @ g - F) / sd
-    r = np.concatenate([r_data, ((C - Vq) / Vq_sd)[:, None], ((C + g.sum() - Vx) / Vx_sd)[:, None], c / prior],
-                       axis=1)
-    R = len(z)
-    Jg = np.zeros((m, R + 2 + H, H))
-    Jg[:, :R] = s / sd[:, :, None]
-    Jg[:, R + 1] = (1 / Vx_sd)[:, None]
-    Jt = np.zeros((m, R + 2 + H, H + 1))
-    Jt[:, :R, 0] = 1 / sd
-    Jt[:, :R, 1:] = s * (1 - s) * g[None, None, :] / sd[:, :, None]
-    Jt[:, R, 0] = 1 / Vq_sd
-    Jt[:, R + 1, 0] = 1 / Vx_sd
-    Jt[:, R + 2 + np.arange(H), 1 + np.arange(H)] = 1 / prior
-    return r, Jg, Jt
+    H = c.shape[1]
+    r = step_residuals(z, F, sd, C, c, g, ends, prior=prior)
+    J = step_jacobian(z, sd, c, g, ends_sd=(ends[1], ends[3]), prior=prior)
+    return r, np.ascontiguousarray(J[..., H + 1:]), np.ascontiguousarray(J[..., :H + 1])
 
 
 def _schur_step(r, Jg, Jt, lam):
@@ -242,9 +218,7 @@ def _joint_positions(z, Fs, sds, ends, g, Cs, cs):
         out = []
         for j in range(2):
             C, c = p[H + j * (H + 1)], p[H + j * (H + 1) + 1:H + (j + 1) * (H + 1)]
-            Vq, Vq_sd, Vx, Vx_sd = ends[j]
-            out.append(np.concatenate([(_curve(z, C, c, p[:H]) - Fs[j]) / sds[j],
-                                       [(C - Vq) / Vq_sd, (C + p[:H].sum() - Vx) / Vx_sd]]))
+            out.append(step_residuals(z, Fs[j], sds[j], C, c, p[:H], ends[j]))
         return np.concatenate(out)
 
     p0 = np.concatenate([g, [Cs[0]], cs[0], [Cs[1]], cs[1]])
@@ -260,17 +234,10 @@ def _positions_only(z, F, sd, g, c0, ends, j):
     H = len(g)
 
     def res(p):
-        return np.concatenate([(_curve(z, p[0], p[1:], g) - F) / sd, [(p[0] - Vq) / Vq_sd,
-                                                                    (p[0] + g.sum() - Vx) / Vx_sd], p[1:] / PRIOR])
+        return step_residuals(z, F, sd, p[0], p[1:], g, (Vq, Vq_sd, Vx, Vx_sd), prior=PRIOR)
 
-    def jac(p):
-        s = expit(p[1:][None, :] - z[:, None])
-        J = np.zeros((len(z) + 2 + H, H + 1))
-        J[:len(z), 0] = 1 / sd
-        J[:len(z), 1:] = s * (1 - s) * g[None, :] / sd[:, None]
-        J[len(z), 0], J[len(z) + 1, 0] = 1 / Vq_sd, 1 / Vx_sd
-        J[len(z) + 2 + np.arange(H), 1 + np.arange(H)] = 1 / PRIOR
-        return J
+    def jac(p):  # the heights fixed: their columns dropped
+        return step_jacobian(z, sd, p[1:], g, ends_sd=(Vq_sd, Vx_sd), prior=PRIOR)[:, :H + 1]
 
     sol = least_squares(res, np.concatenate([[Vq], c0]), jac=jac, method="lm", max_nfev=100 * (H + 1))
     return sol.x[1:], sol.x[0], float(np.sum(sol.fun[:len(z) + 2] ** 2))

@@ -27,11 +27,11 @@ References
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit
 
 from ..nodes import ratio_grid
 from ..samples import noise_sd
 from ..tolerances import LongTolerances
+from .curve import step_curve, step_jacobian
 
 __all__ = ["StepBound", "information", "step_sd", "spacing_sd", "information_limit", "SPACINGS"]
 
@@ -66,13 +66,8 @@ def information(z, c, g, sd):
     Used in: chapter 5b (through :func:`step_sd`).
     """
     z, c, g, sd = (np.asarray(a, dtype=float) for a in (z, c, g, sd))
-    J = _whitened_jacobian(z, c, g, sd)
+    J = step_jacobian(z, sd, c, g)
     return J.T @ J
-
-
-def _whitened_jacobian(z, c, g, sd):
-    s = expit(c[None, :] - z[:, None])
-    return np.column_stack([np.ones_like(z), s * (1 - s) * g[None, :], s]) / sd[:, None]
 
 
 def _covariance_diagonal(J):
@@ -115,10 +110,10 @@ def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None, tol=None):
     tol = LongTolerances() if tol is None else tol
     c, g = np.atleast_1d(np.asarray(c, dtype=float)), np.atleast_1d(np.asarray(g, dtype=float))
     _, z = ratio_grid(L, R)
-    F = C + expit(c[None, :] - z[:, None]) @ g
+    F = step_curve(z, C, c, g)
     at = F if level is None else np.full_like(F, float(level))
     sd = noise_sd(at, absolute=absolute, relative=relative, length=L, rounding=tol.rounding)
-    var = _covariance_diagonal(_whitened_jacobian(z, c, g, sd))
+    var = _covariance_diagonal(step_jacobian(z, sd, c, g))
     H = len(c)
     return StepBound(C=float(np.sqrt(var[0])), c=np.sqrt(var[1:H + 1]), g=np.sqrt(var[H + 1:]))
 

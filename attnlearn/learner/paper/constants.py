@@ -18,7 +18,8 @@ import numpy as np
 
 from ..._arith import absmax, solve, to_float
 from ...matching import match_candidates
-from ...rational import fit_known_degree, fit_masked
+from ...rational.degree import fit_known_degree
+from ...rational.floating import fit_masked
 from .fitting import fit_at_constants, subset_fit
 from .labelling import link_sets, scales
 
@@ -289,24 +290,26 @@ def calibrate_polish(fit_rest, rest, state, calib, table, *, H, eps_out, tol):
     return converged
 
 
-def fit_calibrated(nodes, state, design, rest, *, H, errors, tol, pre, calibrate, method):
+def fit_calibrated(nodes, state, design, rest, *, spec, tol, pre, calibrate):
     r"""Fit the configurations ``rest`` (all but block 1's) at their constants.
 
     With ``calibrate`` (the paper's budget, :math:`H'>0`, :math:`d>1`) the constants are first
     re-estimated from the links (:func:`calibrate_constants`), then refined by
-    :func:`calibrate_polish` between refits. Returns ``(fit, calibration or None)``.
+    :func:`calibrate_polish` between refits. ``spec``: :class:`~.fitting.FitSpec`. Returns ``(fit,
+    calibration or None)``.
     """
+    H, errors = spec.H, spec.errors
     calib = None
     if calibrate:
         # paper budget: V^T q_k inherits V's error; re-estimate each block's constant
         # from the link equations, which hold only at the true constant
-        calib = calibrate_constants(nodes, state, design.table, H=H, eps_out=errors.output, tol=tol, method=method)
-    kw = dict(H=H, errors=errors, tol=tol, method=method)
+        calib = calibrate_constants(nodes, state, design.table, H=H, eps_out=errors.output, tol=tol,
+                                    method=spec.method)
     if pre is not None:
-        return fit_at_constants(nodes, state, rest, design.labels, pre=pre, **kw), calib
-    fit = fit_at_constants(nodes, state, rest, design.labels, **kw)
+        return fit_at_constants(nodes, state, rest, design.labels, spec=spec, tol=tol, pre=pre), calib
+    fit = fit_at_constants(nodes, state, rest, design.labels, spec=spec, tol=tol)
     for _ in range(tol.calibration_refits if calib is not None else 0):
         if calibrate_polish(fit, rest, state, calib, design.table, H=H, eps_out=errors.output, tol=tol):
             break
-        fit = fit_at_constants(nodes, state, rest, design.labels, **kw)
+        fit = fit_at_constants(nodes, state, rest, design.labels, spec=spec, tol=tol)
     return fit, calib

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._arith import to_float
-from ...rational import RationalFit, check_residuals, fit_checked, fit_min_degree
+from ...rational.degree import check_residuals, fit_checked, fit_min_degree
+from ...rational.family import RationalFit
 from ..samples import SampleErrors
 from ..samples import sample_errors
 from ..samples import scale_back
@@ -24,6 +25,7 @@ __all__ = [
     "scale_back",
     "fit_probe",
     "subset_fit",
+    "FitSpec",
     "fit_block_one",
     "fit_at_constants",
     "ConfigState",
@@ -44,26 +46,42 @@ def subset_fit(fit, idx):
     return RationalFit(fit.ell[idx], fit.gamma[idx], fit.sens[idx], fit.residual[idx], fit.shift[idx])
 
 
-def fit_block_one(nodes, F, c1, idx, labels, *, H, errors, pre, method):
-    r"""Fit block 1's configurations ``idx`` at :math:`c_1` (or check robust mode's fits ``pre``)."""
+@dataclass(frozen=True)
+class FitSpec:
+    """How the paper design's configurations are fitted: ``H`` heads (the probe's count), the sample
+    ``errors`` (:func:`~..samples.sample_errors`: the residual tolerance) and the interpolation
+    ``method`` (``learn``'s ``method``).
+
+    Used in: chapters 4 and 7 (through ``learn``)."""
+
+    H: int
+    errors: object
+    method: str
+
+
+def fit_block_one(nodes, F, c1, idx, labels, *, spec, pre):
+    r"""Fit block 1's configurations ``idx`` at :math:`c_1` as ``spec`` (:class:`FitSpec`) says (or
+    check robust mode's fits ``pre``)."""
     if pre is not None:
         fit = subset_fit(pre, idx)
-        check_residuals(fit, errors.residual, nodes.m, H, labels=labels.take(idx))
+        check_residuals(fit, spec.errors.residual, nodes.m, spec.H, labels=labels.take(idx))
         return fit
-    return fit_checked(nodes.ts, F[idx] - c1, H, tol=errors.residual, labels=labels.take(idx), method=method)
+    return fit_checked(nodes.ts, F[idx] - c1, spec.H, tol=spec.errors.residual, labels=labels.take(idx),
+                       method=spec.method)
 
 
-def fit_at_constants(nodes, state, idx, labels, *, H, errors, tol, pre=None, method):
-    """Fit the configurations ``idx`` at their current constants ``state.const`` (or check the
-    fits ``pre``); the residual tolerance adds each constant's error bound."""
+def fit_at_constants(nodes, state, idx, labels, *, spec, tol, pre=None):
+    """Fit the configurations ``idx`` at their current constants ``state.const`` as ``spec``
+    (:class:`FitSpec`) says (or check the fits ``pre``); the residual tolerance adds each
+    constant's error bound."""
     m = nodes.m
-    res_tol = errors.residual + tol.fit_tolerance(m, state.const_err[idx])
+    res_tol = spec.errors.residual + tol.fit_tolerance(m, state.const_err[idx])
     if pre is not None:
         fit = subset_fit(pre, idx)
-        check_residuals(fit, res_tol, m, H, labels=labels.take(idx))
+        check_residuals(fit, res_tol, m, spec.H, labels=labels.take(idx))
         return fit
-    return fit_checked(nodes.ts, state.F[idx] - state.const[idx, None], H, tol=res_tol,
-                       labels=labels.take(idx), method=method)
+    return fit_checked(nodes.ts, state.F[idx] - state.const[idx, None], spec.H, tol=res_tol,
+                       labels=labels.take(idx), method=spec.method)
 
 
 @dataclass

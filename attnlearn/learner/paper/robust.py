@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import IllConditionedError
 from ...matching import Matching, match_candidates
-from ...rational import fit_masked
+from ...rational.floating import fit_masked
 from ..asking import ask_nodes
 from ..nodes import unit_rows
 from .design import scale_cross_u, scale_q, scale_u

@@ -32,7 +32,7 @@ from .checks import check_fits
 from .constants import fit_calibrated, set_constants, solve_V, solve_V_biased
 from ..nodes import node_pairs
 from .design import build_design, draw_directions
-from .fitting import ConfigState, collect_fits, fit_block_one
+from .fitting import ConfigState, FitSpec, collect_fits, fit_block_one
 from ..samples import sample_errors
 from ..results import Diagnostics
 from .robust import redraw
@@ -196,8 +196,8 @@ def fit_with_constants(opt, tol, asked, cq, pre, *, nodes):
     design, state, H, c1, d = asked.design, asked.state, asked.probe.H, asked.probe.c1, opt.d
     errors = sample_errors(state.F, opt.output_error, tol)
     idx1, rest = state.split_block_one(design.table, c1, errors.output)
-    fit_kw = dict(H=H, errors=errors, pre=None if pre is None else pre.fits, method=opt.method)
-    fit1 = fit_block_one(nodes, state.F, c1, idx1, design.labels, **fit_kw)
+    spec, pre_fits = FitSpec(H, errors, opt.method), None if pre is None else pre.fits
+    fit1 = fit_block_one(nodes, state.F, c1, idx1, design.labels, spec=spec, pre=pre_fits)
     if opt.bias:  # V from block 1's residues (F(0) carries the offset); constants c_1 + V^T (q_k - q_1)
         V = solve_V_biased(design, fit1, idx1, H=H, eps_out=errors.output)
         if cq is None:
@@ -208,8 +208,8 @@ def fit_with_constants(opt, tol, asked, cq, pre, *, nodes):
         if cq is None:
             cq = np.array([design.Q[:, k].dot(V.V) for k in range(d)], dtype=state.F.dtype)
     set_constants(state, design, cq, asked=opt.robust, Verr=V.err, eps_out=errors.output)
-    fit_rest, calib = fit_calibrated(nodes, state, design, rest, tol=tol, calibrate=not opt.robust and H > 0 and d > 1,
-                                     **fit_kw) if len(rest) else (None, None)
+    fit_rest, calib = fit_calibrated(nodes, state, design, rest, spec=spec, tol=tol, pre=pre_fits,
+                                     calibrate=not opt.robust and H > 0 and d > 1) if len(rest) else (None, None)
     collect_fits(state, [(fit1, idx1), (fit_rest, rest)], H, errors.output)
     return errors, V, calib
 

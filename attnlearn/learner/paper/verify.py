@@ -22,7 +22,8 @@ import numpy as np
 
 from ..._arith import to_float, to_mp
 from ...errors import CheckFailedError
-from ...rational import _mp_miss, _mpnode, gauss_newton_mp, jacobian
+from ...rational.family import jacobian
+from ...rational.multiprecision import _mp_miss, _mpnode, gauss_newton_mp
 from ..asking import ask_nodes
 from ..tolerances import MEASURE_DPS, POLISH_STEPS
 
