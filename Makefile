@@ -100,7 +100,7 @@ nb-test: install
 # The same, with every float64 oracle answer moved by a few ulps (the Oracle's
 # perturbation mode, ATTNLEARN_PERTURB=<seed>): what another CPU, BLAS kernel or
 # thread count does. The stored outputs must not change: a decision or a printed
-# digit that does is a knife edge (issue 12). The BLAS kernel itself is never set here.
+# digit that does is a knife edge. The BLAS kernel itself is never set here.
 nb-test-perturbed: install
 	ATTNLEARN_PERTURB=$(PERTURB_SEED) $(NBVAL)
 

@@ -1,6 +1,6 @@
 """Arithmetic helpers shared by the modules: float64 arrays or mpmath object arrays.
 
-The package works in two arithmetics (DESIGN §5): numpy ``float64`` arrays, and
+The package works in two arithmetics (chapter 5): numpy ``float64`` arrays, and
 numpy ``object`` arrays whose entries are :class:`mpmath.mpf` numbers ("exact mode",
 the paper's exact setting emulated at a working precision). The helpers below let the
 rest of the package write one formula for both. Private: not part of the API.
@@ -137,7 +137,7 @@ def solve(A, B):
 def working_precision(oracle):
     """The learners' working precision for ``oracle``: in exact mode the oracle's ``dps`` digits
     plus guard digits, :math:`\\max(20, \\mathrm{dps}/2)`, so that the learner's own rounding
-    stays below the oracle's (DESIGN §5); in float64 no change. A context manager."""
+    stays below the oracle's (chapter 5); in float64 no change. A context manager."""
     if oracle.exact:
         return mpmath.workdps(oracle.dps + max(20, oracle.dps // 2))
     return contextlib.nullcontext()

@@ -101,7 +101,7 @@ def canonical(model, *, atol=None):
     Heads with the same :math:`W` have the same attention weights, so their outputs add
     as one head with value vector :math:`\sum v_h`; a head with :math:`v=0` outputs zero.
     Chapter 2 shows that two models define the same function exactly when their
-    canonical forms agree up to a permutation of heads (DESIGN §2).
+    canonical forms agree up to a permutation of heads (chapter 2).
 
     An mpmath model is merged in the precision of its entries, never at mpmath's global
     one: comparisons (and :func:`default_atol`) use the larger of ``mpmath.mp.prec`` and the

@@ -1,4 +1,4 @@
-"""Errors raised when a recovery cannot be trusted (DESIGN §4.5: detect, never pass silently).
+"""Errors raised when a recovery cannot be trusted (detect, never pass silently: chapters 3 to 5).
 
 Used in: chapters 1, 3, 4, 5, 5b, 6 (each failure mode is triggered once on purpose).
 """

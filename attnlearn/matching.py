@@ -1,4 +1,4 @@
-r"""Cross-query matching: label the same head across configurations (DESIGN §4.4; claim C4).
+r"""Cross-query matching: label the same head across configurations (chapter 4; claim C4).
 
 Used in: chapter 4 (introduced, with a picture of one matching), inside
 :func:`attnlearn.learn` (chapters 4-6).

@@ -1,4 +1,4 @@
-"""The multi-head softmax-attention regressor (DESIGN §1; book chapter 1).
+"""The multi-head softmax-attention regressor (chapter 1).
 
 Used in: every chapter (chapter 1 introduces it).
 """
@@ -83,7 +83,7 @@ class MultiHeadAttention(_ReadAtFinalToken):
 
     Notes
     -----
-    For a sequence :math:`X=(x_1,\dots,x_N)` the model returns (DESIGN §1, the
+    For a sequence :math:`X=(x_1,\dots,x_N)` the model returns (chapter 1, the
     convention of [2]_)
 
     .. math:: f(X)=\sum_{h=1}^{H}\sum_{i=1}^{N}\alpha_{h,i}\,v_h^\top x_i,\qquad
@@ -170,12 +170,12 @@ def random_model(H, d, *, seed=0, scale=1.0):
     return MultiHeadAttention(scale * rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
 
 
-#: The degenerate models of DESIGN §2, what :func:`degenerate` makes of a model.
+#: The degenerate models of chapter 2, what :func:`degenerate` makes of a model.
 DEGENERACIES = ("merged", "zero-sum", "equal-v", "zero-v", "zero")
 
 
 def degenerate(model, kind, *, head=0):
-    r"""``model`` made degenerate (DESIGN §2), a new :class:`MultiHeadAttention`:
+    r"""``model`` made degenerate (chapter 2), a new :class:`MultiHeadAttention`:
 
     * ``"merged"``: :math:`W_2=W_1` (heads 1 and 2 merge into one canonical head),
     * ``"zero-sum"``: :math:`W_2=W_1`, :math:`v_2=-v_1` (both vanish from the canonical form),

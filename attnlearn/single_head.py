@@ -1,4 +1,4 @@
-"""The prior work's elementary single-head algorithm (DESIGN §3; book chapter 1).
+"""The prior work's elementary single-head algorithm (chapter 1).
 
 Used in: chapter 1 (claim C1, and why it fails per head on multi-head models).
 """
@@ -28,7 +28,7 @@ def balanced_basis(v):
     ulps away from :math:`\mathbf 1` (as another machine's rounding makes it) gives a :math:`w`
     made of rounding errors and a basis that is not balanced at all. Symmetric and orthogonal up
     to the sign, so perfectly conditioned, and no :math:`v^\top u_i` vanishes: the degenerate
-    directions of DESIGN §3 are avoided by construction. Works in float64 and mpmath.
+    directions of chapter 1 are avoided by construction. Works in float64 and mpmath.
     """
     exact = is_mp(v)
     d = len(v)

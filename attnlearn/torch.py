@@ -296,10 +296,10 @@ class TorchOracle:
         r"""The relative noise of the module's answers to ``design="long"``'s ratio queries,
         measured against a float64 copy (for ``learn(..., relative_error=...)``).
 
-        A ratio query is :math:`a` copies of :math:`x` then :math:`b` of :math:`q`,
-        :math:`a+b=` ``max_length`` (:mod:`attnlearn.learner.long`). For ``configs`` random
+        A ratio query is :math:`s` copies of :math:`x` then :math:`t` of :math:`q`,
+        :math:`s+t=` ``max_length`` (:mod:`attnlearn.learner.long`). For ``configs`` random
         pairs :math:`x,q` with norms uniform in :math:`[\mathrm{max\_norm}/4,\
-        \mathrm{max\_norm}]` and every :math:`b=1..L-1`, the module's answers are compared with
+        \mathrm{max\_norm}]` and every :math:`t=1..L-1`, the module's answers are compared with
         the same layer in float64 (a deep copy, ``.double()``); each discrepancy is divided by
         its answer, and the standard deviation these relative errors would have if they were
         normal, :math:`1.4826\,\mathrm{median}|\delta_i|/|F_i|`, times ``safety`` is returned:

@@ -1,4 +1,4 @@
-r"""Vector outputs: every head's value-output map from the queries that learn :math:`W_h` (issue 14).
+r"""Vector outputs: every head's value-output map from the queries that learn :math:`W_h` (chapter 7).
 
 A vector oracle (:mod:`attnlearn.protocol`, ``.outputs = k``; e.g. a PyTorch layer read at its
 last position, :class:`attnlearn.torch.TorchOracle` without a read-out) answers

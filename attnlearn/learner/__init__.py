@@ -1,4 +1,4 @@
-r"""The multi-head learner (DESIGN §4; claims C3-C7): three designs as sibling packages over shared stages.
+r"""The multi-head learner (chapters 3 and 4; claims C3-C7): three designs as sibling packages over shared stages.
 
 Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 8. The book's page
 "Reading the code" maps each stage to its module and each module to its chapter:

@@ -39,7 +39,7 @@ def ask_nodes(ask, u, qtok, qi, pairs, what, *, chunk=1024):
 
 
 def ask_probe(ask, q1, u11, nodes):
-    r"""The one shared query :math:`(q_1)` (its answer :math:`c_1=V^\top q_1`, DESIGN §4.3), then the
+    r"""The one shared query :math:`(q_1)` (its answer :math:`c_1=V^\top q_1`, chapter 4), then the
     first configuration base(1,1) at every node. Returns ``(c1, F (1, 2n))``."""
     c1 = ask(q1[None, None, :], "the shared query (q_1)")[0]
     F = ask_nodes(ask, u11[None], q1[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1,1)")

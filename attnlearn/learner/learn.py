@@ -1,4 +1,4 @@
-r""":func:`learn`: the multi-head learner (DESIGN §4.3-4.4; claims C3-C7): validate the options, refuse
+r""":func:`learn`: the multi-head learner (chapter 4; claims C3-C7): validate the options, refuse
 an absurd cost, run the design, check the accuracy asked.
 
 Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 8.
@@ -90,7 +90,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``recovery.queries["redraws"]``, with one query per redrawn block constant).
         ``design="paper"`` only (default 4; refused with the other designs).
     nodes : {"copies", "ratios"}, optional, keyword-only
-        The :math:`2n` queries of a configuration: DESIGN §4.1's :math:`S(x,q,t)`,
+        The :math:`2n` queries of a configuration: chapter 3's :math:`S(x,q,t)`,
         :math:`t=1..2n` (``"copies"``, the default in float64 without ``robust``), or
         :math:`s` copies of :math:`x` then :math:`t` of :math:`q` at the ratios :math:`t/s`
         of :func:`attnlearn.rational.ratio_nodes` (``"ratios"``, the default in exact mode
@@ -186,7 +186,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
 
     Notes
     -----
-    The design (DESIGN §4.4): random :math:`q_1..q_d`; block :math:`k` has final token
+    The design (chapter 4): random :math:`q_1..q_d`; block :math:`k` has final token
     :math:`q_k`, *base* configurations :math:`u_{k,j}` (:math:`j=1..d`) and *link*
     configurations :math:`u_{k,1}+u_{k,j}` (:math:`j=2..d`); *cross* configurations
     (:math:`k=2..d`) have final token :math:`q_1+q_k`. Each configuration costs the

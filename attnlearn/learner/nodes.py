@@ -65,7 +65,7 @@ def unit_rows(rng, n, d):
     return z
 
 
-# ---- the query scale (DESIGN §5): |u| |q_k| = f, so that ell = u^T W q spreads like f times the probe's
+# ---- the query scale (chapter 4): |u| |q_k| = f, so that ell = u^T W q spreads like f times the probe's
 def scale_factor(max_abs_ell, spread, tol):
     r"""Scale factor :math:`f` of the queries from the probe's :math:`\max_h|\ell_h|`.
 
@@ -104,8 +104,8 @@ def extra_node(m):
 
 # ---------------------------------------------------------------- the design and its cost
 def ratio_grid(L, R):
-    r"""The ratios of a configuration: integers :math:`b` (copies of :math:`q`) with
-    :math:`a=L-b` and :math:`z=\log(b/a)` nearly evenly spaced over the window
+    r"""The ratios of a configuration: integers :math:`t` (copies of :math:`q`, returned as ``b``) with
+    :math:`s=L-t` and :math:`z=\log(t/s)` nearly evenly spaced over the window
     :math:`[-\log(L-1),\log(L-1)]`; returns ``(b, z)`` (at most ``R`` distinct values)."""
     zmax = np.log(L - 1)
     b = np.unique(np.clip(np.rint(L * expit(np.linspace(-zmax, zmax, R))), 1, L - 1).astype(int))

@@ -60,7 +60,7 @@ LONG_MAX_HEADS = 8
 #: its samples and not the rounding of a float64 evaluation (about
 #: :math:`\varepsilon_{64}\sum_h|\gamma_h/(1+\rho_ht)|`, above :math:`|F|` where residues cancel).
 #: Ill-conditioned float64 fits miss their samples by up to 4e3 times the output error on correct
-#: recoveries (noise sweep) and by 1e3-1e6 times under undeclared noise (d = 1, issue 13); after
+#: recoveries (noise sweep) and by 1e3-1e6 times under undeclared noise (d = 1); after
 #: three steps at 40 digits every one of them missed by less than 1e-30.
 MEASURE_DPS = 40
 #: Gauss-Newton steps of that polish: the step converges quadratically from a miss of 1e-9 relative
@@ -270,7 +270,7 @@ class Tolerances:
 @dataclass(frozen=True)
 class LongTolerances:
     r"""The policy of ``learn(..., design="long")`` (:mod:`attnlearn.learner.long`); each field
-    says why it has its value (``/work/shared/DESIGN-noise.md``: the prototype's figures).
+    says why it has its value (chapter 5b).
 
     Attributes
     ----------

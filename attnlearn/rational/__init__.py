@@ -1,4 +1,4 @@
-r"""Rational head separation: poles and residues of the copies family (DESIGN §4.1-4.2).
+r"""Rational head separation: poles and residues of the copies family (chapter 3).
 
 Used in: chapter 3 (introduced: the rational function, interpolation, the rank that
 reveals the canonical head count), chapters 4-6 (inside :func:`attnlearn.learn`).

@@ -6,7 +6,7 @@ The paper's construction for the Transformer extension is not public; what follo
 companion's own construction, built only from the public multi-head learner
 (:func:`attnlearn.learn`) and oracle queries.
 
-Model. With the attention of DESIGN §1 (scores :math:`x_i^\top W_hx_N`, softmax over
+Model. With the attention of chapter 1 (scores :math:`x_i^\top W_hx_N`, softmax over
 :math:`i`), value-output matrices :math:`O_h\in\mathbb R^{d\times d}`, :math:`B\in\mathbb
 R^{k\times d}` and :math:`a\in\mathbb R^k`,
 

@@ -4,7 +4,7 @@ Used in: chapter 8 ("How few queries?"): ``learn(oracle, d, heads=H, design="lea
 
 A model has :math:`H(d^2+d)` real parameters and, generically, no continuous symmetry, so no
 design recovers an open set of models with fewer queries; the paper's design spends
-:math:`4Hd^2-2H+1`. The lean design (``shared/DESIGN-lean.md``):
+:math:`4Hd^2-2H+1`. The lean design (chapter 8):
 
 * **Phase 1**, one final token :math:`q_0`: the query :math:`(q_0)` gives :math:`c_0=V^\top q_0`;
   :math:`d` base configurations :math:`u_1..u_d` (a basis) of :math:`2n` samples each give,

@@ -2,17 +2,17 @@ r"""``learn(..., design="long")``: long ratio queries and statistical fits, for 
 
 Used in: chapter 5b (``book/05b_long_queries.ipynb``: learning through float32 noise), chapter 7
 (real layers: float32 layers, score biases, robust mode's fallback) and
-``benchmarks/noise_design.py`` (its acceptance rows, issue 17).
+``benchmarks/noise_design.py`` (its measured rows).
 
-A query of :math:`a` copies of :math:`x` followed by :math:`b` copies of :math:`q` (final token
-:math:`q`, :math:`a+b=L`) has
+A query of :math:`s` copies of :math:`x` followed by :math:`t` copies of :math:`q` (final token
+:math:`q`, :math:`s+t=L`) has
 
-.. math:: F = V^\top q + \sum_h \gamma_h\,\sigma(c_h - z),\qquad z=\log(b/a),\quad
-          c_h=-(W_h^\top u)^\top q,\quad \gamma_h=-u^\top v_h,\quad u=q-x,
+.. math:: F = V^\top q + \sum_h \gamma_h\,\sigma(c_h - z),\qquad z=\log(t/s),\quad
+          c_h=-(W_h^\top u)^\top q=-\ell_h,\quad \gamma_h=-u^\top v_h,\quad u=q-x,
 
 with :math:`\sigma` the logistic function: every head is a step of height :math:`\gamma_h` at
 :math:`z=c_h`, seen over a window of :math:`2\log(L-1)` nats (16.6 at :math:`L=4096`), where
-the paper's :math:`2H` copies see :math:`\log 2H`. The stages (``/work/shared/DESIGN-noise.md``):
+the paper's :math:`2H` copies see :math:`\log 2H`. The stages (chapter 5b):
 
 1. :func:`~.ask.ask_V`: :math:`V=\sum_hv_h` from :math:`d` one-token queries (both ends of every step
    curve are then known: :math:`F(z\to\infty)=V^\top q`, :math:`F(z\to-\infty)=V^\top x`).
@@ -24,7 +24,7 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (``/work/shared/DE
    linear in :math:`q`, so :math:`y_{h,k}=W_h^\top u_k` comes from a weighted least-squares fit
    over the group (:func:`~.solve.regress_y`).
 4. :func:`~.passes.coarse_pass`, anchored: the best separated of a few random :math:`q` (each fitted
-   alone: AAA start, :class:`scipy.interpolate.AAA`, poles :math:`w=-e^{c_h}` in :math:`w=b/a`,
+   alone: AAA start, :class:`scipy.interpolate.AAA`, poles :math:`w=-e^{c_h}` in :math:`w=t/s`,
    then weighted Levenberg–Marquardt, :func:`scipy.optimize.least_squares`) is stretched so its
    steps span the window, then :math:`2d` nudged :math:`q_0+\eta w_j` are fitted from its
    positions and labelled by the nearest of them (continuity, not clustering of

@@ -61,7 +61,7 @@ def coarse_pass(ctx, u, scale, *, rng):
 
     With random :math:`q` and :math:`H\ge4` most configurations have two steps within half a nat
     (four positions of root mean square 2 nats), and heights :math:`\gamma_h` of two heads are
-    often alike: labels by clustering :math:`\gamma` fail there (``DESIGN-noise.md``). A nudged
+    often alike: labels by clustering :math:`\gamma` fail there (chapter 5b). A nudged
     configuration's steps stay within a fraction of a gap of the anchor's.
 
     Returns ``(Q, F, sd, ends, fit)``."""

@@ -1,4 +1,4 @@
-r"""The paper's design (``design="paper"``, the default; DESIGN §4.4, claims C6, C7): blocks, links
+r"""The paper's design (``design="paper"``, the default; chapter 4, claims C6, C7): blocks, links
 and crosses, :math:`4nd^2-2n+1` queries of length at most :math:`2n+1`, one module per stage.
 
 Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 7.

@@ -1,4 +1,4 @@
-r"""Score biases and an output offset: ``learn(bias=True)`` (issue 14; chapter 7).
+r"""Score biases and an output offset: ``learn(bias=True)`` (chapter 7).
 
 PyTorch's ``nn.MultiheadAttention(bias=True)`` read out at its last position is the scalar layer
 
@@ -13,7 +13,7 @@ On a configuration :math:`S(x,q,t)` (:math:`x=q-u`) head :math:`h`'s two scores 
           \ell_h=u^\top\tilde w_h(q),\quad \tilde w_h(q)=W_hq+c_h,\quad\gamma_h=-u^\top v_h :
 
 the paper's rational function, with :math:`W_hq` replaced by the *affine* map :math:`\tilde w_h(q)`
-and the constant by :math:`V^\top q+\beta`. What changes in the design (DESIGN §4.4):
+and the constant by :math:`V^\top q+\beta`. What changes in chapter 4's design:
 
 * **The constants.** The shared query :math:`(q_1)` answers :math:`c_1=V^\top q_1+\beta`, exactly the
   constant of block 1. :math:`V` comes from block 1's residues,

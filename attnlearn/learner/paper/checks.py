@@ -1,6 +1,6 @@
 r"""The learner's checks and its finish: head count, first-order range, significance, held-out queries.
 
-Used in: chapter 4 (exact mode: every "probability one" event of DESIGN §4.5 detected, never
+Used in: chapter 4 (exact mode: every "probability one" event detected, never
 passed silently) and chapter 5 (the first-order range of the error bounds, the error estimate
 and the held-out check of float64 mode).
 """

@@ -1,6 +1,6 @@
 r"""The constants :math:`c=V^\top q`: :math:`V` from block 1, and the calibration of the rest.
 
-Used in: chapter 4 (DESIGN §4.3: one shared query :math:`(q_1)` and block 1's :math:`F(0)=V^\top x`
+Used in: chapter 4 (one shared query :math:`(q_1)` and block 1's :math:`F(0)=V^\top x`
 give :math:`V`, hence every later constant; the link equations re-estimate each block's
 constant) and chapter 5 (a derived constant's error acts like oracle noise; its bound).
 

@@ -1,7 +1,7 @@
 r"""The query design: nodes, random directions, their scale, and the configuration table.
 
 Used in: chapter 3 (the nodes of a configuration: copies or ratios) and chapter 4 (the
-blocks, links and crosses of DESIGN §4.4 and the query scale of DESIGN §5).
+blocks, links and crosses and the query scale of chapter 4).
 
 A *configuration* is a pair :math:`(u, q)`: first token :math:`x=q-u`, final token
 :math:`q`, asked at the :math:`2n` nodes. Block :math:`k` has final token :math:`q_k`, base
@@ -89,7 +89,7 @@ def scale_cross_u(directions, qsum, f):
 
 
 class ConfigTable:
-    """The design's configuration table and its layout (DESIGN §4.4), by arithmetic.
+    """The design's configuration table and its layout (chapter 4), by arithmetic.
 
     Block by block (k = 0..B-1, B = d blocks): base (k, j) for j = 0..d-1 at ``k(2d-1)+j``,
     then link (k, j) for j = 1..d-1 at ``k(2d-1)+d+j-1``; then cross k (k = 1..B-1) at
@@ -195,7 +195,7 @@ class Design:
         Final tokens: :math:`q_k` (row k), :math:`\mu(q_1+q_k)` (row B + k - 1; :math:`\mu` =
         ``table.mid``).
     f : float
-        Query scale factor (DESIGN §5).
+        Query scale factor (chapter 4).
     """
 
     table: ConfigTable
@@ -218,7 +218,7 @@ class Design:
 
 def build_design(directions, q1, u11, f, *, exact, bias=False):
     r"""Scale the directions by ``f`` around the probe's :math:`q_1` and :math:`u_{1,1}` (kept
-    as asked) and lay out every configuration of DESIGN §4.4 (with ``bias``: the extra block
+    as asked) and lay out every configuration of chapter 4's design (with ``bias``: the extra block
     and midpoint crosses, :mod:`~.bias`)."""
     conv = to_mp if exact else (lambda a: np.asarray(a, dtype=float))
     d = directions.base.shape[1]

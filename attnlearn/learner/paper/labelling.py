@@ -1,6 +1,6 @@
 r"""Labelling across configurations: the links label each block, the crosses label the blocks.
 
-Used in: chapter 4 (cross-query matching, DESIGN §4.4: links :math:`u_{k,1}+u_{k,j}` and crosses
+Used in: chapter 4 (cross-query matching: links :math:`u_{k,1}+u_{k,j}` and crosses
 with final token :math:`q_1+q_k`) and chapter 5 (the matching's tolerance from the first-order
 bounds; its residual and margin in ``Recovery.diagnostics``).
 
@@ -23,7 +23,7 @@ __all__ = ["link_sets", "scales", "scaled_err", "BlockEquations", "label_links",
 
 def link_sets(ell, gam, ref, oth, lnk):
     """Candidates ``P[c, a, b]`` = reference head a plus other head b, and the observed link sets
-    ``O`` (DESIGN §4.4), for :func:`attnlearn.matching.match_candidates`."""
+    ``O`` (chapter 4), for :func:`attnlearn.matching.match_candidates`."""
     P = np.stack([ell[ref][:, :, None] + ell[oth][:, None, :], gam[ref][:, :, None] + gam[oth][:, None, :]], axis=3)
     O = np.stack([ell[lnk], gam[lnk]], axis=2)
     return P, O

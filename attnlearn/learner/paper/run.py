@@ -1,4 +1,4 @@
-r"""The paper design's run (DESIGN §4.3-4.4): its stages in order (:func:`run`).
+r"""The paper design's run (chapter 4): its stages in order (:func:`run`).
 
 Used in: chapter 4 (introduced, with the exact counts), chapters 5 and 6.
 """

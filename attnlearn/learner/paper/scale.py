@@ -1,4 +1,4 @@
-r"""Finding the query scale from what the probe observes (DESIGN §5; issue 14).
+r"""Finding the query scale from what the probe observes (chapters 4 and 7).
 
 Used in: chapter 4 (the query scale of the design) and chapter 7 (PyTorch's small default
 initialisation).

@@ -3,7 +3,7 @@ r"""The first stages of the paper's design, shared by ``learn`` and ``learn(bias
 Used in: chapter 4 (the design, its fits and checks, as :func:`attnlearn.learn` runs them) and
 chapter 7 (the same stages for a biased layer: one more block, :math:`V` from the residues).
 
-:func:`fit_design` runs, in order (DESIGN §4):
+:func:`fit_design` runs, in order (chapters 3 and 4):
 
 1. :func:`ask_scaled_design`: the shared query and the probe configuration set the scale
    (:func:`.scale.find_scale`), then every configuration of the design is asked

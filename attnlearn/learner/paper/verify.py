@@ -1,4 +1,4 @@
-r"""Verification: check queries that the fits must predict (issue 13: never silent).
+r"""Verification: check queries that the fits must predict (never silent).
 
 The paper's design has no redundancy in :math:`d=1` (one configuration of :math:`2n` samples,
 exactly as many as unknowns) and little elsewhere: a premise that is wrong (more heads than
