@@ -84,7 +84,7 @@ class ContextLimitError(RecoveryError):
     length : int
         The length of the refused queries.
 
-    Used in: chapter 7.
+    Used in: robust mode's fallback (:mod:`attnlearn.learner.fallback`); no chapter shows it yet.
     """
 
     def __init__(self, message, *, length):

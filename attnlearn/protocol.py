@@ -51,7 +51,9 @@ class OracleRefusedError(RuntimeError):
     length : int
         The length :math:`N` of the refused queries.
 
-    Used in: chapter 7 (a layer with a short context, through robust mode's fallback).
+    Used in: every learner, through :class:`Access`; robust mode's fallback
+    (:mod:`attnlearn.learner.fallback`) keeps the paper's recovery when it is raised there. No chapter
+    shows it yet.
     """
 
     def __init__(self, message, *, length):
