@@ -144,6 +144,9 @@ class Access:
         Longest sequence asked (0 before the first).
     lengths : collections.Counter
         Queries per length.
+    log : object or None
+        When set (an :class:`attnlearn.learner.certificate.QueryLog`), every answered batch is
+        recorded there with its answers (the float64 paper and lean designs set it).
     """
 
     def __init__(self, oracle, d=None, *, vector=False):
@@ -160,6 +163,7 @@ class Access:
         self.queries = 0
         self.max_length = 0
         self.lengths = Counter()
+        self.log = None
 
     def batch(self, Xs):
         """The protocol's ``batch``, checked and counted: an :class:`Access` is itself an oracle."""
@@ -195,7 +199,12 @@ class Access:
             per = "one number" if self.outputs is None else f"{self.outputs} numbers"
             raise OracleAnswerError(
                 f"the oracle returned answers of shape {arr.shape} for {what}: expected {want}, {per} per query")
-        return self._exact(arr, what) if self.exact else self._float(arr, what)
+        if self.exact:
+            return self._exact(arr, what)
+        arr = self._float(arr, what)
+        if self.log is not None:
+            self.log.add(Xs, arr)
+        return arr
 
     @staticmethod
     def _float(arr, what):

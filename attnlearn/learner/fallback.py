@@ -52,6 +52,7 @@ def with_fallback(pipeline):
         long_opt = replace(opt, design="long", max_length=opt.fallback, robust=False, nodes="ratios", spread=1.0,
                            method="linearised", redraw_rounds=0, scale="probe", relative_error=0.0,
                            output_error=0.0 if opt.output_error is None else float(opt.output_error))
+        oracle.log = None  # the long design's queries are long and keep their own estimate
         try:
             rec = learn_long(oracle, long_opt, tol)
         except (RecoveryError, OracleRefusedError) as exc:

@@ -10,10 +10,14 @@ from .._arith import to_mp
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError, IllConditionedError
 from ..model import MultiHeadAttention
+from .certificate import certify, confront
 from .results import Recovery
+from .tolerances import CertificateTolerances
 from .samples import scale_back
 
 __all__ = ["holdout_batches", "finish", "zero_function"]
+
+_CERT = CertificateTolerances()
 
 
 def holdout_batches(rng, holdout, max_length, d, *, f, exact):
@@ -46,12 +50,19 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
     IllConditionedError
         The error estimate exceeds ``tol.estimate_limit`` (a relative error above 100% is no result).
     """
+    log, cert = getattr(oracle, "log", None), None
+    if log is not None:  # float64 paper or lean: the joint certificate (refit and bound)
+        done = certify(model, log, eps_out=eps_out, design_estimate=estimate, tol=_CERT)
+        if done is not None:
+            model, estimate, cert = done
     holdout_error = None
     if holdout:
-        before = oracle.queries
+        before, mark = oracle.queries, (log.mark if log is not None else 0)
         batches = holdout_batches(rng, holdout, holdout_length or max_length, model.d, f=f, exact=tol.exact)
         holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
         queries["holdout"] = queries.get("holdout", 0) + oracle.queries - before
+        if cert is not None:  # the held-out answers measure the noise again; the estimate only rises
+            estimate = confront(cert, model, log, mark, estimate=estimate, tol=_CERT)
         limit = max(tol.holdout_output * eps_out / max(scale_ref, tol.tiny), tol.holdout_estimate * estimate)
         if holdout_error > limit:
             raise CheckFailedError(
@@ -72,7 +83,8 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
     return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length,
                     output_error=scale_back(eps_out, eps_out, stated),
                     error_estimate=scale_back(estimate, eps_out, stated), sensitivity=sensitivity,
-                    holdout_error=holdout_error, diagnostics=diagnostics, verified=bool(verified))
+                    holdout_error=holdout_error, diagnostics=diagnostics, verified=bool(verified),
+                    certificate=cert)
 
 
 def zero_function(d, *, output_error, eps_out, exact):

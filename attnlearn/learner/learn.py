@@ -15,6 +15,7 @@ from .._arith import working_precision
 from ..arguments import check_real
 from ..errors import RecoveryError
 from ..protocol import Access
+from .certificate import QueryLog
 from .accuracy import certifying, check_accuracy, refuse_out_of_reach
 from .fallback import with_fallback
 from .lean.run import learn_lean
@@ -225,6 +226,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
             from .long.run import learn_long
 
             return check_accuracy(learn_long(oracle, opt, tol), accuracy)
+        if not oracle.exact:  # every answer refits the model at the end (the joint certificate)
+            oracle.log = QueryLog()
         with working_precision(oracle):
             pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else run_paper
             if opt.fallback:

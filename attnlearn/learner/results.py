@@ -128,6 +128,11 @@ class Recovery:
         True when the result passed the verification stage: check queries predicted by the
         fits (:mod:`attnlearn.learner.verify`) and held-out random sequences, together
         ``holdout`` queries; False when ``holdout=0`` was asked for.
+    certificate : Certificate or None
+        How the estimate was made (:class:`attnlearn.learner.certificate.Certificate`): every
+        float64 recovery of the paper's and the lean design is refitted over all its answers;
+        None in exact mode, for the long design, and where the refit does not apply (no head,
+        a problem beyond ``CertificateTolerances.max_work``, a rank-deficient Jacobian).
     """
 
     model: object
@@ -140,6 +145,7 @@ class Recovery:
     holdout_error: float
     diagnostics: Diagnostics
     verified: bool = False
+    certificate: object = None
 
     def __repr__(self):
         return (

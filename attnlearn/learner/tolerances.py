@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerances", "LongTolerances", "MAX_QUERIES", "MAX_LENGTH", "MEASURE_DPS", "POLISH_STEPS",
+__all__ = ["Tolerances", "LongTolerances", "CertificateTolerances", "MAX_QUERIES", "MAX_LENGTH", "MEASURE_DPS", "POLISH_STEPS",
            "LONG_MIN_LENGTH", "LONG_MAX_HEADS",
            "LONG_FALLBACK_LENGTH", "FALLBACK_ESTIMATE"]
 
@@ -430,3 +430,49 @@ class LongTolerances:
         """Configurations per group and pass."""
         return self.groups_factor * d
 
+
+
+@dataclass(frozen=True)
+class CertificateTolerances:
+    r"""The policy of the joint certificate (:mod:`~attnlearn.learner.certificate`, chapter 5).
+
+    Attributes
+    ----------
+    alpha : float
+        Probability, under the linearised model, that the error exceeds the estimate:
+        :math:`10^{-6}`, so that a sweep of :math:`10^4` recoveries expects no exceedance from
+        the tail itself (what remains is the linearisation and the noise model, which the
+        held-out queries and chapter 5's sweep check).
+    noise_confidence : float
+        Lower quantile of :math:`\chi^2_\nu` that turns the measured noise into its upper
+        confidence limit, :math:`10^{-3}` (a factor 1.1 at :math:`\nu=1000`, 1.7 at 30).
+    min_dof : int
+        Fewest degrees of freedom that measure the noise (below: the output error bound).
+        A :math:`\chi^2_\nu` with :math:`\nu=16` is below a third of its mean with
+        probability :math:`10^{-3}`, which the confidence factor absorbs.
+    max_steps : int
+        Most Gauss–Newton steps; from a design's model (relative error :math:`\le10^{-2}`) the
+        refit converges quadratically in two to four.
+    rank : float
+        Smallest ratio of the Jacobian's R diagonal (unit columns) to its largest that counts
+        as full rank: :math:`\sqrt{\epsilon_{64}}`,
+        beyond which the covariance is itself unreliable in float64.
+    floor : float
+        Smallest estimate: :math:`16\epsilon_{64}`, the float64 representation of the
+        parameters and the rounding of the residuals.
+    max_work : float
+        Largest :math:`mP^2` (answers times parameters squared) refitted: :math:`10^{11}`
+        floating-point operations per QR factorisation, seconds on one core (H = 8, d = 16 is
+        :math:`4\cdot10^{10}`); larger problems keep the design's own bound.
+    tiny : float
+        Smallest denominator of a relative size.
+    """
+
+    alpha: float = 1e-6
+    noise_confidence: float = 1e-3
+    min_dof: int = 16
+    max_steps: int = 6
+    rank: float = float(np.sqrt(EPS64))
+    floor: float = float(16 * EPS64)
+    max_work: float = 1e11
+    tiny: float = 1e-300
