@@ -70,6 +70,12 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
                 f"discrepancy {holdout_error:.2e} > {limit:.2e} ({tol.holdout_estimate:g} x the error estimate "
                 f"{estimate:.1e})"
             )
+    if not estimate <= tol.estimate_limit and cert is not None:
+        raise IllConditionedError(
+            f"error estimate {estimate:.1e} exceeds 1 (100% relative error): refitted over every answer, the model "
+            f"leaves residuals of {cert.measured or cert.noise:.1e} (output error {eps_out:.1e}) and the answers do "
+            "not determine its parameters (a wrong head count, noise above the one stated, or too ill-conditioned "
+            "a design: use exact mode, robust=True (design=\"paper\"), or fewer heads)")
     if not estimate <= tol.estimate_limit:
         raise IllConditionedError(
             f"first-order error estimate {estimate:.1e} exceeds 1 (100% relative error): the interpolation is "
