@@ -124,7 +124,8 @@ class Certificate:
     measured : float or None
         :math:`\hat\sigma` from the residuals (None with too few degrees of freedom).
     dof : int
-        Degrees of freedom of :math:`\hat\sigma`, :math:`m-P`.
+        Degrees of freedom of :math:`\hat\sigma`: :math:`m-P`, or the number of held-out answers
+        when they measured it (:func:`confront`).
     rms : float
         The largest block's first-order root-mean-square relative error at :math:`\sigma_u`.
     design_estimate : float
@@ -286,12 +287,18 @@ def _full_rank(R, tol):
     return diag.min() > tol.rank * diag.max()
 
 
-def noise_level(chi2_sum, dof, *, eps_out, tol):
-    r"""The answers' error level :math:`\sigma_u` (stage 2) and :math:`\hat\sigma` (None with
-    fewer than ``tol.min_dof`` degrees of freedom, when :math:`\sigma_u` is ``eps_out``).
+def noise_level(chi2_sum, dof, *, answers, eps_out, tol):
+    r"""The answers' error level :math:`\sigma_u` (stage 2) and :math:`\hat\sigma`, from ``dof``
+    degrees of freedom of the ``answers`` residuals; None for :math:`\hat\sigma` (and
+    :math:`\sigma_u` = ``eps_out``) when they are fewer than ``tol.min_dof`` or than
+    ``tol.residual_share`` of the answers.
+
+    A nearly square fit (the lean design asks little more than :math:`P` queries) leaves residuals
+    only where its few extra answers are, and they measure the noise of those answers, not of the
+    whole fit; the held-out answers then measure it (:func:`confront`).
 
     Used in: chapter 5 (through :func:`certify` and :func:`confront`)."""
-    if dof < tol.min_dof:
+    if dof < max(tol.min_dof, tol.residual_share * answers):
         return eps_out, None
     measured = float(np.sqrt(chi2_sum / dof))
     return float(np.sqrt(chi2_sum / _chi2_lower(tol.noise_confidence, dof))), measured
@@ -384,7 +391,7 @@ def certify(model, log, *, eps_out, design_estimate, tol):
         return None
     last = max(np.linalg.norm(last[idx]) / max(size, tol.tiny) for idx, size in family.blocks(theta))
     chi = float(r @ r)
-    sigma, measured = noise_level(chi, m - P, eps_out=eps_out, tol=tol)
+    sigma, measured = noise_level(chi, m - P, answers=m, eps_out=eps_out, tol=tol)
     bounds, S = block_bounds(family, theta, fac[1], fac[2], tol=tol)
     cert = Certificate(answers=m, parameters=P, steps=steps, last_step=last, noise=sigma, measured=measured,
                        dof=m - P, rms=0.0, design_estimate=float(design_estimate), chi2=chi,
@@ -417,11 +424,10 @@ def confront(cert, model, log, start, *, estimate, tol):
     it exceeds its upper quantile ``1 - tol.noise_confidence`` the estimate is multiplied by the
     upper confidence limit of the excess, :math:`\sqrt{\chi^2_h/\chi^2_{m_h}(\beta)}`.
 
-    When the fit alone had too few degrees of freedom to measure the noise (the lean design asks
-    little more than :math:`P` queries), :math:`\sigma` is measured here from the fit's and the
-    held-out residuals together (each divided by its predicted spread), and the estimate is made
-    at it instead of at the output error bound; a gross misfit then shows as a large
-    :math:`\sigma`. Otherwise the estimate is never lowered.
+    When the fit's residuals could not measure the noise (:func:`noise_level`), :math:`\sigma` is
+    measured here from the held-out residuals (each divided by its predicted spread), and the
+    estimate is made at it instead of at the output error bound; a gross misfit then shows as a
+    large :math:`\sigma`. Otherwise the estimate is never lowered.
 
     Returns the estimate (``cert.holdout_chi2`` records :math:`\chi^2_h/m_h`). Used in: chapter 5
     (through ``finish``)."""
@@ -432,10 +438,10 @@ def confront(cert, model, log, start, *, estimate, tol):
         return estimate
     spread = 1 + np.sum((J @ S) ** 2, axis=1)  # var r_i / sigma^2
     if cert.measured is None:  # too few fit residuals: the held-out answers measure the noise
-        sigma, cert.measured = noise_level(cert.chi2 + float(np.sum(r**2 / spread)), cert.dof + len(r),
+        sigma, cert.measured = noise_level(float(np.sum(r**2 / spread)), len(r), answers=len(r),
                                            eps_out=cert.noise, tol=tol)
         if cert.measured is not None:
-            cert.dof += len(r)
+            cert.dof = len(r)
             estimate = _apply(cert, sigma, tol=tol)
     chi = float(np.sum(r**2 / (cert.noise**2 * spread)))
     cert.holdout_chi2 = chi / len(r)

@@ -112,11 +112,25 @@ class Recovery:
         The absolute output error :math:`\varepsilon` assumed for every oracle answer (an
         mpmath number in exact mode beyond 100 digits, where float64 would underflow).
     error_estimate : float or mpmath.mpf
-        Bound on the relative parameter error (an mpmath number in exact mode beyond 100
-        digits) (as measured by :func:`param_error`): twice
-        the first-order bound propagated through every step (chapter 5). With a stated
-        ``output_error``, ``learn`` raises instead of returning when some configuration's
-        first-order perturbation exceeds 0.1, where such bounds stop meaning anything.
+        Estimate of the relative parameter error (as measured by :func:`param_error`; by
+        :func:`~attnlearn.learner.paper.bias.bias_error` with ``bias=True``). What it guarantees
+        depends on the path (chapter 5):
+
+        * float64, ``design="paper"`` or ``"lean"``: the model is refitted over every answer
+          asked and the estimate is a **high-probability bound under the linearised model**
+          (:mod:`attnlearn.learner.certificate`): with the answers' errors independent, of the
+          spread measured from the refit's residuals, the error exceeds it with probability at
+          most :math:`10^{-6}` to first order; held-out queries check the model and raise it when
+          they disagree. Chapter 5 measures how often it holds and how close it is (``certificate``
+          says how it was made).
+        * exact mode: a **first-order bound**, twice the design's error bounds propagated
+          stage by stage with absolute values (an mpmath number beyond 100 digits).
+        * ``design="long"``: an estimate from the inverse Fisher information of its fits (chapter
+          5b).
+
+        With a stated ``output_error``, ``learn`` raises instead of returning when some
+        configuration's first-order perturbation exceeds 0.1, where first-order reasoning stops
+        meaning anything, and any path raises when the estimate exceeds 1.
     sensitivity : float
         ``error_estimate / output_error``: the constant :math:`K` of claim C8.
     holdout_error : float or None

@@ -447,9 +447,14 @@ class CertificateTolerances:
         Lower quantile of :math:`\chi^2_\nu` that turns the measured noise into its upper
         confidence limit, :math:`10^{-3}` (a factor 1.1 at :math:`\nu=1000`, 1.7 at 30).
     min_dof : int
-        Fewest degrees of freedom that measure the noise (below: the output error bound).
-        A :math:`\chi^2_\nu` with :math:`\nu=16` is below a third of its mean with
-        probability :math:`10^{-3}`, which the confidence factor absorbs.
+        Fewest degrees of freedom that measure the noise (below: the held-out answers, or the
+        output error bound). A :math:`\chi^2_\nu` with :math:`\nu=16` is below a third of its
+        mean with probability :math:`10^{-3}`, which the confidence factor absorbs.
+    residual_share : float
+        Smallest share of the answers that the fit's residual degrees of freedom must be to
+        measure the noise: 1/4. The paper's design leaves about 3/4 of its answers as residual
+        freedom; the lean design, about :math:`(2d-1)/(Hd^2)`, residuals concentrated on its few
+        extra answers (measured at d = 8, H = 2: 2.7 times the noise of the whole fit).
     max_steps : int
         Most Gauss–Newton steps; from a design's model (relative error :math:`\le10^{-2}`) the
         refit converges quadratically in two to four.
@@ -471,6 +476,7 @@ class CertificateTolerances:
     alpha: float = 1e-6
     noise_confidence: float = 1e-3
     min_dof: int = 16
+    residual_share: float = 0.25
     max_steps: int = 6
     rank: float = float(np.sqrt(EPS64))
     floor: float = float(16 * EPS64)
