@@ -4,6 +4,8 @@ r"""The end of every design's run: held-out random sequences the model must repr
 Used in: chapter 4 (the held-out check), chapter 5 (verification) and every design's run.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .._arith import to_mp
@@ -13,7 +15,7 @@ from ..model import MultiHeadAttention
 from .results import Recovery
 from .samples import scale_back
 
-__all__ = ["holdout_batches", "finish", "zero_function"]
+__all__ = ["holdout_batches", "Ending", "finish", "zero_function"]
 
 
 def holdout_batches(rng, holdout, max_length, d, *, f, exact):
@@ -25,18 +27,69 @@ def holdout_batches(rng, holdout, max_length, d, *, f, exact):
         yield to_mp(Xs) if exact else Xs
 
 
-def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate, holdout, rng, f, tol,
-           verified=True, stated=None, holdout_length=None):
-    """Check the recovered ``model`` on ``holdout`` held-out queries and return the :class:`Recovery`.
+@dataclass
+class Ending:
+    """What a design's run hands to :func:`finish`.
 
-    ``eps_out`` and ``estimate`` are the float64 bounds; with ``stated`` (exact mode: the output error
-    itself, an mpmath number) below ``eps_out`` (beyond 100 digits, see
-    :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and ``output_error``
-    are scaled back to it (:func:`~attnlearn.learner.samples.scale_back`).
+    Attributes
+    ----------
+    model : MultiHeadAttention or AttentionLayer
+        The recovered model.
+    queries : dict
+        The counts so far (``design``, ``constants``, ``redraws``, ``holdout``, perhaps ``scale``).
+    diagnostics : Diagnostics or LeanDiagnostics
+        What the design saw.
+    estimate : float
+        The first-order relative error bound (float64).
+    eps_out : float
+        The samples' output error (float64).
+    f : float
+        The query scale: held-out tokens have standard deviation :math:`\sqrt{f/d}`.
+    max_length : int
+        The design's longest query.
+    stated : mpf, optional
+        Exact mode: the output error itself; below ``eps_out`` (beyond 100 digits, see
+        :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and
+        ``output_error`` are scaled back to it (:func:`~attnlearn.learner.samples.scale_back`).
+    holdout_length : int, optional
+        The held-out queries have every length up to this (default ``max_length``;
+        ``design="long"`` asks shorter ones, see :class:`~.tolerances.LongTolerances`).
 
-    The held-out queries have every length up to ``holdout_length`` (default ``max_length``, the
-    design's longest; ``design="long"`` asks shorter ones, see
-    :class:`~.tolerances.LongTolerances`).
+    Used in: chapters 4, 5b, 7 and 8 (every design's run).
+    """
+
+    model: object
+    queries: dict
+    diagnostics: object
+    estimate: float
+    eps_out: float
+    f: float
+    max_length: int
+    stated: object = None
+    holdout_length: int = None
+
+
+def finish(oracle, ending, *, opt, rng, tol):
+    """Check the recovered model on the held-out queries and return the :class:`Recovery`.
+
+    Parameters
+    ----------
+    oracle : Access
+        The checked, counted oracle access.
+    ending : Ending
+        The run's model, counts, diagnostics and bounds.
+    opt : Options
+        ``learn``'s options: ``opt.holdout`` verification queries in all, less the check queries
+        already asked (``ending.queries["holdout"]``); with ``opt.holdout`` 0 the recovery is
+        unverified.
+    rng : numpy.random.Generator
+        The learner's random stream (the held-out queries draw from it).
+    tol : Tolerances
+        The mode's tolerances.
+
+    Returns
+    -------
+    Recovery
 
     Raises
     ------
@@ -45,11 +98,16 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
         ``tol.holdout_estimate`` times the error estimate.
     IllConditionedError
         The error estimate exceeds ``tol.estimate_limit`` (a relative error above 100% is no result).
+
+    Used in: chapters 4, 5b, 7 and 8 (every design's run).
     """
+    model, queries, estimate, eps_out = ending.model, ending.queries, ending.estimate, ending.eps_out
+    holdout, max_length = opt.holdout - queries["holdout"], ending.max_length
     holdout_error = None
     if holdout:
         before = oracle.queries
-        batches = holdout_batches(rng, holdout, holdout_length or max_length, model.d, f=f, exact=tol.exact)
+        batches = holdout_batches(rng, holdout, ending.holdout_length or max_length, model.d, f=ending.f,
+                                  exact=tol.exact)
         holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
         queries["holdout"] = queries.get("holdout", 0) + oracle.queries - before
         limit = max(tol.holdout_output * eps_out / max(scale_ref, tol.tiny), tol.holdout_estimate * estimate)
@@ -70,9 +128,9 @@ def finish(oracle, model, queries, diagnostics, *, max_length, eps_out, estimate
                         + queries.get("scale", 0))
     sensitivity = estimate / eps_out if eps_out > 0 else float("inf")
     return Recovery(model=model, heads=model.H, queries=queries, max_length=max_length,
-                    output_error=scale_back(eps_out, eps_out, stated),
-                    error_estimate=scale_back(estimate, eps_out, stated), sensitivity=sensitivity,
-                    holdout_error=holdout_error, diagnostics=diagnostics, verified=bool(verified))
+                    output_error=scale_back(eps_out, eps_out, ending.stated),
+                    error_estimate=scale_back(estimate, eps_out, ending.stated), sensitivity=sensitivity,
+                    holdout_error=holdout_error, diagnostics=ending.diagnostics, verified=opt.holdout > 0)
 
 
 def zero_function(d, *, output_error, eps_out, exact):

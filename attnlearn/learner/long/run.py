@@ -10,7 +10,7 @@ from ...canonical import canonical
 from ...errors import IllConditionedError
 from ...layer import AttentionLayer
 from ...model import MultiHeadAttention
-from ..finish import finish
+from ..finish import Ending, finish
 from ..nodes import ratio_grid
 from ..results import Diagnostics
 from ..tolerances import LongTolerances
@@ -143,6 +143,6 @@ def learn_long(ask, opt, tol):
                        interp_residual=np.array([g["reduced"] for g in groups]),
                        condition=np.array([np.linalg.cond(U)] * d), scale={"factor": scale, "probe_max_abs_ell": None},
                        V=ctx.V, redrawn=redrawn, redrawn_blocks=[], link_margin=margins[1:] if d > 1 else None)
-    return finish(ask, model, queries, diag, max_length=L, eps_out=eps_out, estimate=estimate,
-                  holdout=opt.holdout, rng=rng, f=scale**2, tol=tol, holdout_length=lt.holdout_length,
-                  verified=opt.holdout > 0)
+    ending = Ending(model, queries, diag, estimate=estimate, eps_out=eps_out, f=scale**2, max_length=L,
+                    holdout_length=lt.holdout_length)
+    return finish(ask, ending, opt=opt, rng=rng, tol=tol)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..._arith import to_mp
 from ..asking import ask_constants, ask_design
-from ..finish import finish
+from ..finish import Ending, finish
 from .checks import check_fits
 from .constants import fit_calibrated, set_constants, solve_V, solve_V_biased
 from ..nodes import node_pairs
@@ -133,10 +133,9 @@ def finish_design(oracle, fitted, model, estimate, *, opt, tol):
     queries, the estimate's check, the :class:`~.results.Recovery`) with what ``fitted`` knows.
 
     Used in: chapters 4 and 7 (through ``learn``)."""
-    return finish(oracle, model, fitted.queries, fitted.diagnostics, max_length=fitted.nodes.max_length,
-                  eps_out=fitted.errors.output, stated=fitted.errors.stated, estimate=estimate,
-                  holdout=opt.holdout - fitted.queries["holdout"], rng=fitted.rng, f=fitted.design.f, tol=tol,
-                  verified=opt.holdout > 0)
+    ending = Ending(model, fitted.queries, fitted.diagnostics, estimate=estimate, eps_out=fitted.errors.output,
+                    f=fitted.design.f, max_length=fitted.nodes.max_length, stated=fitted.errors.stated)
+    return finish(oracle, ending, opt=opt, rng=fitted.rng, tol=tol)
 
 
 @dataclass
