@@ -97,7 +97,7 @@ def affine_heads(design, blocks, crosses):
     return Wc[:, :, :d], Wc[:, :, d], err
 
 
-def biased_layer(W, c, v, err, err_v, c1, q1, *, eps_out, tol):
+def biased_layer(W, c, v, err, err_v, fitted, *, tol):
     r"""The recovered layer :math:`\{(W_h,c_h,v_h)\},\beta` and its error estimate.
 
     :math:`\beta=c_1-V^\top q_1` with :math:`V=\sum_hv_h`; its bound
@@ -116,12 +116,10 @@ def biased_layer(W, c, v, err, err_v, c1, q1, *, eps_out, tol):
         First-order bounds on :math:`[W_h\;c_h]` (:func:`affine_heads`).
     err_v : array (H, d)
         First-order bounds on :math:`v_h`.
-    c1 : number
-        The shared query's answer :math:`c_1=V^\top q_1+\beta`.
-    q1 : array (d,)
-        Its final token.
-    eps_out : float, keyword-only
-        The samples' absolute error.
+    fitted : FittedDesign
+        The first stages' result (:func:`.stages.fit_design`): the shared query's answer
+        ``fitted.c1`` :math:`=V^\top q_1+\beta`, its final token :math:`q_1` and the samples'
+        absolute error ``fitted.errors.output``.
     tol : Tolerances, keyword-only
         ``estimate_factor`` and ``tiny``.
 
@@ -136,6 +134,7 @@ def biased_layer(W, c, v, err, err_v, c1, q1, *, eps_out, tol):
         A head recovered with :math:`v=0`.
 
     Used in: chapter 7."""
+    c1, q1, eps_out = fitted.c1, fitted.design.q[0], fitted.errors.output
     H = len(W)
     for h in range(H):
         if norm(v[h]) == 0:
@@ -246,7 +245,7 @@ def learn_biased(oracle, opt, tol):
         dt = object if tol.exact else float
         model, estimate = biased_layer(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt),
                                        np.zeros((0, d), dtype=dt), np.zeros((0, d, d + 1)), np.zeros((0, d)),
-                                       c1, design.q[0], eps_out=errors.output, tol=tol)
+                                       fitted, tol=tol)
     else:
         eq, links = label_links(state, design.table, design.labels, tol=tol,
                                 pre_links=None if pre is None else pre.links)
@@ -254,6 +253,6 @@ def learn_biased(oracle, opt, tol):
         crosses = label_crosses(state, design, blocks, tol=tol)
         W, c, err = affine_heads(design, blocks, crosses)
         v, err_v = solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol)
-        model, estimate = biased_layer(W, c, v, err, err_v, c1, design.q[0], eps_out=errors.output, tol=tol)
+        model, estimate = biased_layer(W, c, v, err, err_v, fitted, tol=tol)
         diag.record_matchings(link=links, cross=crosses.matching)
     return finish_design(oracle, fitted, model, estimate, opt=opt, tol=tol)

@@ -157,8 +157,7 @@ def ask_scaled_design(oracle, opt, tol, *, rng, nodes):
     dirs = draw_directions(rng, opt.d, bias=opt.bias)
     conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
     q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
-    probe = find_scale(oracle, q1, u11, nodes, n=opt.n, heads_given=opt.heads_given, spread=opt.spread, rng=rng,
-                       tol=tol, output_error=opt.output_error, method=opt.method, search=opt.scale == "search")
+    probe = find_scale(oracle, q1, u11, nodes, opt=opt, rng=rng, tol=tol)
     design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact, bias=opt.bias)
     state = ConfigState.start(ask_design(oracle, design, probe.F11, nodes))
     queries = {"design": oracle.queries - start - probe.queries, "constants": 0, "redraws": 0, "holdout": 0}
@@ -180,8 +179,7 @@ def ask_robust_constants(oracle, opt, tol, asked, *, rng, nodes):
     if H == 0:
         return cq, None
     eps_in = 2 * sample_errors(asked.state.F, opt.output_error, tol).output  # the sample's and the constant's
-    pre = redraw(asked.design, asked.state.F, cq, nodes, H=H, rng=rng, ask=oracle, method=opt.method, eps_in=eps_in,
-                 rounds=opt.redraw_rounds, tol=tol)
+    pre = redraw(asked, cq, nodes, ask=oracle, rng=rng, opt=opt, eps_in=eps_in, tol=tol)
     asked.queries["redraws"] = pre.queries
     return cq, pre
 
