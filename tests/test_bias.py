@@ -11,7 +11,7 @@ from attnlearn.errors import IllConditionedError, NotIdentifiableError
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.cost import bias_budget
 from attnlearn.learner.paper.bias import bias_error
-from attnlearn.learner.paper.bias import biased_layer as layer_from_parts
+from attnlearn.learner.paper.bias import AffineHeads, biased_layer as layer_from_parts
 from attnlearn.learner.paper.design import ConfigTable, build_design, draw_directions
 from attnlearn.learner.cost import holdout_count
 from attnlearn.learner.tolerances import Tolerances
@@ -143,7 +143,8 @@ def test_a_head_recovered_with_v_zero_is_refused():
     v = np.array([[1.0, 0.5], [0.0, 0.0]])  # head 1 has v = 0: not a canonical head
     tol = Tolerances.for_mode(exact=False)
     with pytest.raises(NotIdentifiableError, match=r"head 1 was recovered with v = 0 \(not a canonical head\)"):
-        layer_from_parts(W, c, v, np.zeros((2, 2, 3)), np.zeros((2, 2)), 1.0, np.ones(2), eps_out=0.0, tol=tol)
-    model, estimate = layer_from_parts(W[:1], c[:1], v[:1], np.zeros((1, 2, 3)), np.zeros((1, 2)), 1.0, np.ones(2),
-                                       eps_out=0.0, tol=tol)
+        layer_from_parts(AffineHeads(W, c, np.zeros((2, 2, 3))), v, np.zeros((2, 2)), 1.0, np.ones(2), eps_out=0.0,
+                         tol=tol)
+    model, estimate = layer_from_parts(AffineHeads(W[:1], c[:1], np.zeros((1, 2, 3))), v[:1], np.zeros((1, 2)), 1.0,
+                                       np.ones(2), eps_out=0.0, tol=tol)
     assert float(np.ravel(model.b)[0]) == 1.0 - 1.5 and estimate == 0.0  # beta = c_1 - V^T q_1, no error bound without errors

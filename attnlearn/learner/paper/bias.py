@@ -38,6 +38,8 @@ longest query :math:`2n+1`; robust mode asks :math:`d` block constants (one more
 Used in: chapter 7 (biased layers: the derivation, the count, exact and float64 recoveries).
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..._arith import norm, solve, to_float, to_mp
@@ -54,14 +56,25 @@ from ..cost import bias_budget
 #: Smallest denominator of a relative error (the Tolerances' ``tiny``; the same in every mode).
 _TINY = Tolerances.for_mode(exact=False).tiny
 
-__all__ = ["bias_budget", "solve_V_biased", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
+__all__ = ["bias_budget", "solve_V_biased", "AffineHeads", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
+
+
+@dataclass
+class AffineHeads:
+    """The heads' affine maps :math:`[W_h\;c_h]`: ``W`` (H, d, d), ``c`` (H, d) and ``err``
+    (H, d, d + 1), the entrywise first-order bounds on :math:`[W_h\;c_h]`.
+
+    Used in: chapter 7."""
+
+    W: np.ndarray
+    c: np.ndarray
+    err: np.ndarray
 
 
 def affine_heads(design, blocks, crosses):
     r""":math:`[W_h\;c_h]=[\tilde w_{h,1}\cdots\tilde w_{h,d+1}]\,\hat Q^{-1}`, :math:`\hat Q=
     \begin{bmatrix}Q\\ \mathbf 1^\top\end{bmatrix}` (block k's heads relabelled by the crosses).
-    Returns ``(W (H, d, d), c (H, d), err (H, d, d + 1))``, ``err`` the entrywise first-order
-    bound :math:`|d\tilde w|\,|\hat Q^{-1}|`.
+    Returns the :class:`AffineHeads`, ``err`` the entrywise first-order bound :math:`|d\tilde w|\,|\hat Q^{-1}|`.
 
     Parameters
     ----------
@@ -75,9 +88,7 @@ def affine_heads(design, blocks, crosses):
 
     Returns
     -------
-    W : array (H, d, d)
-    c : array (H, d)
-    err : array (H, d, d + 1)
+    AffineHeads
 
     Used in: chapter 7."""
     B, H = design.table.B, crosses.perm.shape[1]
@@ -94,10 +105,10 @@ def affine_heads(design, blocks, crosses):
         Qh = to_mp(Qh)
     Wc = np.stack([solve(Qh.T, cols[h].T).T for h in range(H)])  # (H, d, d + 1)
     err = ecols @ np.abs(np.linalg.inv(to_float(Qh)))
-    return Wc[:, :, :d], Wc[:, :, d], err
+    return AffineHeads(Wc[:, :, :d], Wc[:, :, d], err)
 
 
-def biased_layer(W, c, v, err, err_v, fitted, *, tol):
+def biased_layer(heads, v, err_v, c1, q1, *, eps_out, tol):
     r"""The recovered layer :math:`\{(W_h,c_h,v_h)\},\beta` and its error estimate.
 
     :math:`\beta=c_1-V^\top q_1` with :math:`V=\sum_hv_h`; its bound
@@ -106,20 +117,19 @@ def biased_layer(W, c, v, err, err_v, fitted, *, tol):
 
     Parameters
     ----------
-    W : array (H, d, d)
-        The heads' :math:`W_h`.
-    c : array (H, d)
-        Their score biases :math:`c_h`.
+    heads : AffineHeads
+        The heads' :math:`W_h`, their score biases :math:`c_h` and the first-order bounds on
+        :math:`[W_h\;c_h]` (:func:`affine_heads`).
     v : array (H, d)
         Their :math:`v_h`.
-    err : array (H, d, d + 1)
-        First-order bounds on :math:`[W_h\;c_h]` (:func:`affine_heads`).
     err_v : array (H, d)
         First-order bounds on :math:`v_h`.
-    fitted : FittedDesign
-        The first stages' result (:func:`.stages.fit_design`): the shared query's answer
-        ``fitted.c1`` :math:`=V^\top q_1+\beta`, its final token :math:`q_1` and the samples'
-        absolute error ``fitted.errors.output``.
+    c1 : number
+        The shared query's answer :math:`c_1=V^\top q_1+\beta`.
+    q1 : array (d,)
+        Its final token.
+    eps_out : float, keyword-only
+        The samples' absolute error.
     tol : Tolerances, keyword-only
         ``estimate_factor`` and ``tiny``.
 
@@ -134,7 +144,7 @@ def biased_layer(W, c, v, err, err_v, fitted, *, tol):
         A head recovered with :math:`v=0`.
 
     Used in: chapter 7."""
-    c1, q1, eps_out = fitted.c1, fitted.design.q[0], fitted.errors.output
+    W, c, err = heads.W, heads.c, heads.err
     H = len(W)
     for h in range(H):
         if norm(v[h]) == 0:
@@ -243,16 +253,16 @@ def learn_biased(oracle, opt, tol):
                 f"every configuration is within the output error ({errors.output:.1e}) of a constant: with noisy "
                 "outputs no canonical head can be certified, nor their absence")
         dt = object if tol.exact else float
-        model, estimate = biased_layer(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt),
-                                       np.zeros((0, d), dtype=dt), np.zeros((0, d, d + 1)), np.zeros((0, d)),
-                                       fitted, tol=tol)
+        none = AffineHeads(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt), np.zeros((0, d, d + 1)))
+        model, estimate = biased_layer(none, np.zeros((0, d), dtype=dt), np.zeros((0, d)),
+                                       c1, design.q[0], eps_out=errors.output, tol=tol)
     else:
         eq, links = label_links(state, design.table, design.labels, tol=tol,
                                 pre_links=None if pre is None else pre.links)
         blocks = solve_blocks(design, eq, tol=tol)
         crosses = label_crosses(state, design, blocks, tol=tol)
-        W, c, err = affine_heads(design, blocks, crosses)
+        heads = affine_heads(design, blocks, crosses)
         v, err_v = solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol)
-        model, estimate = biased_layer(W, c, v, err, err_v, fitted, tol=tol)
+        model, estimate = biased_layer(heads, v, err_v, c1, design.q[0], eps_out=errors.output, tol=tol)
         diag.record_matchings(link=links, cross=crosses.matching)
     return finish_design(oracle, fitted, model, estimate, opt=opt, tol=tol)
