@@ -78,7 +78,7 @@ def finish(oracle, ending, *, opt, rng, tol):
         The checked, counted oracle access.
     ending : Ending
         The run's model, counts, diagnostics and bounds.
-    opt : Options
+    opt : PaperOptions, LeanOptions or LongOptions
         ``learn``'s options: ``opt.holdout`` verification queries in all, less the check queries
         already asked (``ending.queries["holdout"]``); with ``opt.holdout`` 0 the recovery is
         unverified.

@@ -105,7 +105,7 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
         The first probe's final token and direction (unit scale).
     nodes : Nodes
         The sample points :math:`t` of a configuration (:func:`.design.node_pairs`).
-    opt : Options, keyword-only
+    opt : PaperOptions, keyword-only
         ``learn``'s options: ``opt.n``, the number of heads the design serves (``heads`` or
         ``max_heads``); ``opt.heads_given``, True when ``heads=n`` was given (a probe finding
         fewer heads counts as crowded); ``opt.spread``, the wanted :math:`\max_h|\ell_h|` of a

@@ -97,7 +97,7 @@ def fit_design(oracle, opt, tol):
     ----------
     oracle : Access
         The checked, counted oracle access (:class:`attnlearn.protocol.Access`).
-    opt : Options
+    opt : PaperOptions
         ``learn``'s validated options (:func:`..options.build_options`).
     tol : Tolerances
         The mode's tolerances (:meth:`.tolerances.Tolerances.for_mode`).
