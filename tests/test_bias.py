@@ -10,6 +10,7 @@ from attnlearn import RecoveryError, learn, query_budget
 from attnlearn.errors import IllConditionedError, NotIdentifiableError
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.cost import bias_budget
+from attnlearn.learner.family import AFFINE
 from attnlearn.learner.paper.bias import bias_error
 from attnlearn.learner.paper.bias import AffineHeads, biased_layer as layer_from_parts
 from attnlearn.learner.paper.design import ConfigTable, build_design, draw_directions
@@ -41,7 +42,7 @@ class LayerOracle:
 
 def test_table_has_one_more_block_and_midpoint_crosses():
     for d in (1, 2, 5):
-        t, p = ConfigTable(d, bias=True), ConfigTable(d)
+        t, p = ConfigTable(d, family=AFFINE), ConfigTable(d)
         assert (t.B, t.mid, p.B, p.mid) == (d + 1, 0.5, d, 1)
         assert len(t) == (d + 1) * (2 * d - 1) + d == len(p) + 2 * d
         assert list(t.kind).count("cross") == d and t.qidx[t.cross(d)] == 2 * d
@@ -121,8 +122,8 @@ def test_the_biased_design_is_affine(d, seed, f):
     """Every cross's final token is the midpoint of q_1 and its block's, so an affine map's value there
     is the mean of the two blocks' (what the matching predicts), and [Q; 1] is invertible."""
     rng = np.random.default_rng(seed)
-    dirs = draw_directions(rng, d, bias=True)
-    design = build_design(dirs, dirs.q[0], dirs.base[0, 0], f, exact=False, bias=True)
+    dirs = draw_directions(rng, d, family=AFFINE)
+    design = build_design(dirs, dirs.q[0], dirs.base[0, 0], f, exact=False, family=AFFINE)
     t = design.table
     assert design.Q.shape == (d, d + 1) and design.U.shape == (d + 1, d, d)
     for k in range(1, t.B):

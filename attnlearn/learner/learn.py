@@ -17,6 +17,7 @@ from ..errors import RecoveryError
 from ..protocol import Access
 from .accuracy import certifying, check_accuracy, refuse_out_of_reach
 from .fallback import with_fallback
+from .family import AFFINE, LINEAR
 from .lean.run import learn_lean
 from .options import LeanOptions, LongOptions, PaperOptions, Request, build_options
 from .paper.bias import learn_biased
@@ -250,7 +251,7 @@ def _run(oracle, opt, tol):
     with working_precision(oracle):
         if isinstance(opt, LeanOptions):
             return learn_lean(oracle, opt, tol)
-        pipeline = learn_biased if opt.bias else run_paper
+        pipeline = {LINEAR: run_paper, AFFINE: learn_biased}[opt.family]
         if opt.fallback:
             pipeline = with_fallback(pipeline)
         try:

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from ..arguments import check_count, check_flag, check_heads, check_oracle, check_real, check_seed
 from .cost import check_cost, fallback_cost, fallback_length, learn_cost, long_cost
+from .family import LINEAR, Family, family_of
 from .tolerances import (FALLBACK_ESTIMATE, LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances,
                          Tolerances)
 
@@ -70,7 +71,8 @@ class Options:
 @dataclass(frozen=True)
 class PaperOptions(Options):
     """``design="paper"``'s options (see :func:`learn`): ``robust``, ``spread``, ``method``,
-    ``redraw_rounds``, ``nodes``, ``scale``, ``bias``; ``fallback`` is the length of the long
+    ``redraw_rounds``, ``nodes``, ``scale``, ``family`` (from ``bias``,
+    :class:`~.family.Family`); ``fallback`` is the length of the long
     design's queries robust mode falls back to (0: none; :func:`~.cost.fallback_length`), taken
     when the paper's estimate exceeds ``fallback_above``; ``fallback_hint`` says whether a failure
     may suggest the fallback (not with ``fallback=None``).
@@ -84,17 +86,17 @@ class PaperOptions(Options):
     redraw_rounds: int = PAPER_REDRAW_ROUNDS
     nodes: str = "copies"
     scale: str = "probe"
-    bias: bool = False
+    family: Family = LINEAR
     fallback: int = 0
     fallback_above: float = FALLBACK_ESTIMATE
     fallback_hint: bool = True
 
     def long_options(self):
         """The :class:`LongOptions` of robust mode's fallback (:mod:`~.fallback`): queries of
-        ``fallback`` tokens, ``bias`` as asked, ``output_error`` as the absolute noise.
+        ``fallback`` tokens, the same ``family``, ``output_error`` as the absolute noise.
 
         Used in: chapter 7."""
-        return LongOptions(self.d, self.n, True, seed=self.seed, holdout=self.holdout, bias=self.bias,
+        return LongOptions(self.d, self.n, True, seed=self.seed, holdout=self.holdout, family=self.family,
                            output_error=0.0 if self.output_error is None else float(self.output_error),
                            relative_error=0.0, max_length=self.fallback)
 
@@ -112,7 +114,8 @@ class LeanOptions(Options):
 @dataclass(frozen=True)
 class LongOptions(Options):
     """``design="long"``'s options (see :func:`learn`): ``max_length`` (every ratio query's
-    length), ``relative_error`` and ``bias``; ``output_error`` is a float (0: none beyond the
+    length), ``relative_error`` and ``family`` (from ``bias``, :class:`~.family.Family`);
+    ``output_error`` is a float (0: none beyond the
     oracle's rounding).
 
     Used in: chapters 5b and 7."""
@@ -120,7 +123,7 @@ class LongOptions(Options):
     design: ClassVar[str] = "long"
     max_length: int = LONG_MIN_LENGTH
     relative_error: float = 0.0
-    bias: bool = False
+    family: Family = LINEAR
 
 
 DESIGNS = ("paper", "lean", "long")
@@ -254,7 +257,7 @@ def _paper_or_lean_options(oracle, d, req):
                            spread=spread), tol
     return PaperOptions(d, n, req.heads is not None, seed=seed, holdout=holdout, output_error=output_error,
                         robust=robust, spread=spread, method=method, redraw_rounds=redraw_rounds, nodes=nodes,
-                        scale=req.scale, bias=bias, fallback=fallback, fallback_hint=req.fallback is not None), tol
+                        scale=req.scale, family=family_of(bias), fallback=fallback, fallback_hint=req.fallback is not None), tol
 
 
 def _fallback(req, *, robust, n, max_length):
@@ -351,4 +354,4 @@ def _long_options(oracle, d, req):
     parts["held-out"] = max(holdout, lt.holdout_length) if holdout else 0
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return LongOptions(d, n, True, seed=seed, holdout=holdout, output_error=output_error, max_length=max_length,
-                       relative_error=relative_error, bias=bias), tol
+                       relative_error=relative_error, family=family_of(bias)), tol

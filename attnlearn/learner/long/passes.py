@@ -140,12 +140,12 @@ def _anchor(ctx, u, scale, *, rng):
             f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
             "or the steps are beyond the window")
     _, q, c, g, seen = best
-    origin = _origin(ctx, u, g, (*seen, c)) if ctx.bias else np.zeros(H)  # the steps at q = 0: -kappa_h
+    origin = _origin(ctx, u, g, (*seen, c)) if ctx.family.affine else np.zeros(H)  # the steps at q = 0: -kappa_h
     alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)), 1e-12), *tol.stretch_clip))
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
     e = ctx.ends(u, q0)
-    pred = np.sort(alpha * (c - origin) + origin) if ctx.bias else alpha * c
+    pred = np.sort(alpha * (c - origin) + origin) if ctx.family.affine else alpha * c
     single = fit_config(ctx.z, F, sd, H, ends=e, c0=pred, chi2_ok=chi2_ok,
                         rng=rng)
     gap = np.min(np.diff(pred)) if H > 1 else np.inf
@@ -154,7 +154,7 @@ def _anchor(ctx, u, scale, *, rng):
             "a group's anchor configuration, stretched, does not show its steps where the stretch puts them "
             f"(chi2 per degree of freedom {single[3] / _dof(ctx, H):.3g}): its heads cannot be told apart at "
             "this output error")
-    reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.bias else np.sqrt(np.mean(single[1] ** 2))
+    reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.family.affine else np.sqrt(np.mean(single[1] ** 2))
     return q0, F, sd, e, single, reach
 
 
@@ -358,7 +358,7 @@ def placed_pass(ctx, u, Y, scale, *, rng):
     for _ in range(m):
         if H < d:
             t = tol.spacing * (rng.permutation(H) - (H - 1) / 2) + rng.uniform(-1, 1)
-            if ctx.bias:
+            if ctx.family.affine:
                 qt = -pinv @ (t + kappa)
                 for _ in range(tol.placed_halvings):
                     if np.linalg.norm(qt) <= tol.placed_cap * scale:

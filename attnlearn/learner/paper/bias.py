@@ -242,7 +242,7 @@ def learn_biased(oracle, opt, tol):
         As :func:`attnlearn.learn` (a fit, a matching, a check or the held-out queries fail).
 
     Used in: chapter 7."""
-    fitted = fit_design(oracle, opt, tol)  # opt.bias: d + 1 blocks, V from the residues
+    fitted = fit_design(oracle, opt, tol)  # affine positions: d + 1 blocks, V from the residues
     design, state, H, diag, errors, c1 = (fitted.design, fitted.state, fitted.H, fitted.diagnostics, fitted.errors,
                                           fitted.c1)
     d, pre = opt.d, fitted.pre

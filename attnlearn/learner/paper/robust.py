@@ -58,9 +58,7 @@ def _block_constants(table, cq, idx):
     """The constant of each configuration's final token: c_k, or c_1 + c_k for a cross
     (:math:`(c_1+c_k)/2` for the midpoint crosses of score biases, ``table.mid``)."""
     c = cq[table.blk[idx]] + np.where(table.kind[idx] == "cross", cq[0], 0.0)
-    if table.mid != 1:
-        c = np.where(table.kind[idx] == "cross", c * table.mid, c)
-    return c
+    return np.where(table.kind[idx] == "cross", table.family.midpoint(c), c)
 
 
 def _refit(st, F, nodes, H, *, method, tol):
@@ -117,7 +115,7 @@ def _redraw_blocks(design, cq, bad_blocks, *, rng, ask):
         design.U[k] = scale_u(unit_rows(rng, d, d), k, f)
         design.qtok[k] = q[k]
         i = table.cross(k)
-        design.qtok[design.qidx[i]] = (q[0] + q[k]) * table.mid if table.mid != 1 else q[0] + q[k]
+        design.qtok[design.qidx[i]] = table.family.midpoint(q[0] + q[k])
         design.u[i] = scale_cross_u(unit_rows(rng, 1, d)[0], design.qtok[design.qidx[i]], f)
         affected += [table.block_rows()[k], [i]]
     return affected, len(bad_blocks)

@@ -91,7 +91,7 @@ class FittedDesign:
 
 def fit_design(oracle, opt, tol):
     r"""Stages 1-4 of the paper's design (module docstring) for ``learn``'s options ``opt``
-    (``opt.bias``: the biased design of :mod:`.bias`).
+    (``opt.family`` affine: the biased design of :mod:`.bias`).
 
     Parameters
     ----------
@@ -154,11 +154,11 @@ def ask_scaled_design(oracle, opt, tol, *, rng, nodes):
     (:func:`.scale.find_scale`), then every configuration of the design is asked.
     Returns an :class:`AskedDesign`. Used in: chapters 4 and 7 (through ``learn``)."""
     start = oracle.queries
-    dirs = draw_directions(rng, opt.d, bias=opt.bias)
+    dirs = draw_directions(rng, opt.d, family=opt.family)
     conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
     q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
     probe = find_scale(oracle, q1, u11, nodes, opt=opt, rng=rng, tol=tol)
-    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact, bias=opt.bias)
+    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact, family=opt.family)
     state = ConfigState.start(ask_design(oracle, design, probe.F11, nodes))
     queries = {"design": oracle.queries - start - probe.queries, "constants": 0, "redraws": 0, "holdout": 0}
     if probe.queries:  # re-probes of the scale search (attnlearn.learner.scale), beyond the paper's count
@@ -195,7 +195,7 @@ def fit_with_constants(opt, tol, asked, cq, pre, *, nodes):
     idx1, rest = state.split_block_one(design.table, c1, errors.output)
     spec, pre_fits = FitSpec(H, errors, opt.method), None if pre is None else pre.fits
     fit1 = fit_block_one(nodes, state.F, c1, idx1, design.labels, spec=spec, pre=pre_fits)
-    if opt.bias:  # V from block 1's residues (F(0) carries the offset); constants c_1 + V^T (q_k - q_1)
+    if opt.family.affine:  # V from block 1's residues (F(0) carries the offset); constants c_1 + V^T (q_k - q_1)
         V = solve_V_biased(design, fit1, idx1, H=H, eps_out=errors.output)
         if cq is None:
             cq = np.array([c1] + [c1 + (design.q[k] - design.q[0]).dot(V.V) for k in range(1, design.table.B)],
