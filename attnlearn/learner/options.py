@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..arguments import check_count, check_flag, check_heads, check_oracle, check_real, check_seed
-from .cost import check_cost, fallback_cost, fallback_length, learn_cost, long_cost
+from .cost import check_cost, fallback_cost, fallback_length, learn_cost, long_cost, long_holdout_count
 from .family import LINEAR, Family, family_of
 from .tolerances import (FALLBACK_ESTIMATE, LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances,
                          Tolerances)
@@ -351,7 +351,7 @@ def _long_options(oracle, d, req):
     max_queries = check_count(req.max_queries, "max_queries")
     lt = LongTolerances()
     parts, longest = long_cost(d, n, max_length, tol=lt, bias=bias)
-    parts["held-out"] = max(holdout, lt.holdout_length) if holdout else 0
+    parts["held-out"] = long_holdout_count(holdout, lt)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return LongOptions(d, n, True, seed=seed, holdout=holdout, output_error=output_error, max_length=max_length,
                        relative_error=relative_error, family=family_of(bias)), tol

@@ -31,7 +31,7 @@ and the constant by :math:`V^\top q+\beta`. What changes in chapter 4's design:
   does not. The crosses' final token is the midpoint and the matching predicts half the sum
   (:attr:`~.design.ConfigTable.mid`); their constant is :math:`(c_1+c_k)/2`.
 
-So the count is :math:`2n\big(2d^2-1+2d\big)+1=4nd^2+4nd-2n+1` (:func:`bias_budget`): the
+So the count is :math:`2n\big(2d^2-1+2d\big)+1=4nd^2+4nd-2n+1` (:func:`~attnlearn.learner.cost.bias_budget`): the
 paper's plus the extra block's :math:`d` base, :math:`d-1` link and one cross configuration,
 longest query :math:`2n+1`; robust mode asks :math:`d` block constants (one more).
 
@@ -46,17 +46,15 @@ from ..._arith import norm, solve, to_float, to_mp
 from ...canonical import matched_error
 from ...errors import IllConditionedError, NotIdentifiableError
 from ...layer import AttentionLayer
-from .constants import solve_V_biased  # noqa: F401 (re-exported: the constants stage of bias=True)
 from .labelling import label_crosses, label_links
 from .solves import solve_blocks, solve_v
 from .stages import finish_design, fit_design
 from ..tolerances import Tolerances
-from ..cost import bias_budget
 
 #: Smallest denominator of a relative error (the Tolerances' ``tiny``; the same in every mode).
 _TINY = Tolerances.for_mode(exact=False).tiny
 
-__all__ = ["bias_budget", "solve_V_biased", "AffineHeads", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
+__all__ = ["AffineHeads", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
 
 
 @dataclass
