@@ -114,7 +114,7 @@ def fallback_cost(d, n, L, *, holdout, bias):
 
 
 def long_holdout_count(holdout, tol):
-    """Held-out queries the long design asks for ``holdout``: at least one of every length up to
+    r"""Held-out queries the long design asks for ``holdout``: at least one of every length up to
     ``tol.holdout_length`` (:class:`~.tolerances.LongTolerances`), so
     :math:`\max(\text{holdout}, \text{holdout\_length})`, or 0 when ``holdout`` is 0.
 

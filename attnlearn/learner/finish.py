@@ -29,7 +29,7 @@ def holdout_batches(rng, holdout, max_length, d, *, f, exact):
 
 @dataclass
 class Ending:
-    """What a design's run hands to :func:`finish`.
+    r"""What a design's run hands to :func:`finish`.
 
     Attributes
     ----------

@@ -59,7 +59,7 @@ __all__ = ["AffineHeads", "affine_heads", "biased_layer", "bias_error", "learn_b
 
 @dataclass
 class AffineHeads:
-    """The heads' affine maps :math:`[W_h\;c_h]`: ``W`` (H, d, d), ``c`` (H, d) and ``err``
+    r"""The heads' affine maps :math:`[W_h\;c_h]`: ``W`` (H, d, d), ``c`` (H, d) and ``err``
     (H, d, d + 1), the entrywise first-order bounds on :math:`[W_h\;c_h]`.
 
     Used in: chapter 7."""
