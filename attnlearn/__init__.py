@@ -27,7 +27,7 @@ from .oracle import Float32Rounding, GaussianNoise, Oracle, RelativeNoise, Unifo
 from .progress import progress
 from .regression import RegressionFit, fit_regression, random_queries
 from .single_head import learn_single_head
-from .transformer import OneLayerTransformer, TransformerRecovery, learn_transformer
+from .transformer import OneLayerTransformer, TransformerOptions, TransformerRecovery, learn_transformer
 
 __all__ = [
     "__version__",
@@ -59,5 +59,6 @@ __all__ = [
     "ContextLimitError",
     "OneLayerTransformer",
     "learn_transformer",
+    "TransformerOptions",
     "TransformerRecovery",
 ]

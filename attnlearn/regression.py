@@ -221,7 +221,12 @@ class RegressionFit:
         )
 
 
-def fit_regression(Xs_by_length, ys, d, H, *, restarts=5, maxiter=3000, seed=0, tol=1e-15, init_scale=None):
+#: Standard deviation of :func:`fit_regression`'s initial :math:`W` entries times :math:`\sqrt d`:
+#: 1, the scale of the book's random models.
+INIT_SCALE = 1.0
+
+
+def fit_regression(Xs_by_length, ys, d, H, *, restarts=5, maxiter=3000, seed=0, tol=1e-15):
     r"""Fit an ``H``-head attention model to ``(sequence, output)`` pairs by least squares.
 
     Parameters
@@ -246,11 +251,6 @@ def fit_regression(Xs_by_length, ys, d, H, *, restarts=5, maxiter=3000, seed=0, 
         mean square is below ``tol`` (``gtol``), or when one iteration lowers that relative
         loss by less than ``tol**2`` (``ftol``). The default runs a realizable fit down to
         rounding level.
-    init_scale : float, optional, keyword-only
-        Standard deviation of the initial :math:`W` entries times :math:`\sqrt d`.
-        Default 1, the scale of the book's random models. The initial :math:`v` entries
-        are :math:`\mathcal N(0,\sigma^2)` with :math:`\sigma=\mathrm{rms}(y)/\sqrt{Hd}`
-        (read from the data).
 
     Returns
     -------
@@ -262,7 +262,10 @@ def fit_regression(Xs_by_length, ys, d, H, *, restarts=5, maxiter=3000, seed=0, 
     ``scipy.optimize.minimize(method="L-BFGS-B", jac=True)`` and the analytic gradient of
     :func:`loss_and_grad`. The loss is not convex: a restart can stop in a local minimum
     or a saddle region, and the heads of the result are only defined up to the
-    non-identifiabilities of chapter 2 (order, split, cancelling heads). L-BFGS
+    non-identifiabilities of chapter 2 (order, split, cancelling heads). The initial :math:`W`
+    entries are :math:`\mathcal N(0,\mathrm{INIT\_SCALE}^2/d)` (:data:`INIT_SCALE`, the scale of the
+    book's random models), the initial :math:`v` entries :math:`\mathcal N(0,\sigma^2)` with
+    :math:`\sigma=\mathrm{rms}(y)/\sqrt{Hd}` (read from the data). L-BFGS
     warnings (e.g. overflow in a line search) are caught and not re-emitted; their
     effect shows in the restart's loss.
     """
@@ -272,10 +275,6 @@ def fit_regression(Xs_by_length, ys, d, H, *, restarts=5, maxiter=3000, seed=0, 
     maxiter = _check_int(maxiter, "maxiter", 1)
     if not (isinstance(tol, numbers.Real) and np.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}")
-    if init_scale is None:
-        init_scale = 1.0
-    if not (isinstance(init_scale, numbers.Real) and np.isfinite(init_scale) and init_scale > 0):
-        raise ValueError(f"init_scale must be a positive number, got {init_scale!r}")
     Xs_by_length, ys = _check_data(Xs_by_length, ys, d)
     n_total = sum(len(y) for y in ys)
     y_all = np.concatenate(ys)
@@ -291,7 +290,7 @@ def fit_regression(Xs_by_length, ys, d, H, *, restarts=5, maxiter=3000, seed=0, 
     losses, nits, msgs, thetas = [], [], [], []
     for _ in range(restarts):
         theta0 = np.concatenate(
-            [rng.normal(size=H * d * d) * init_scale / np.sqrt(d), rng.normal(size=H * d) * sigma_v]
+            [rng.normal(size=H * d * d) * INIT_SCALE / np.sqrt(d), rng.normal(size=H * d) * sigma_v]
         )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -37,8 +37,8 @@ from attnlearn import Oracle, RecoveryError, canonical, learn, param_error
 from attnlearn._arith import working_precision
 from attnlearn.learner.cost import lean_budget
 from attnlearn.learner.lean.run import learn_lean
-from attnlearn.learner.options import build_options as _options
-from attnlearn.learner.tolerances import MAX_LENGTH, MAX_QUERIES
+from attnlearn.learner.options import Request, build_options as _options
+from attnlearn.learner.tolerances import MAX_LENGTH
 from attnlearn.protocol import Access
 from attnlearn.model import degenerate, random_model
 
@@ -84,9 +84,7 @@ def learn_extra_sample(oracle, d, H, seed):
     """``learn(oracle, d, heads=H, seed=seed, design="lean")`` with H + 1 samples per phase-2
     configuration (``learn_lean(..., extra_sample=True)``, not an option of ``learn``): the same
     validation, checked access and working precision as ``learn``, learn's defaults."""
-    opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,
-                        method=None, robust=False, seed=seed, output_error=None, redraw_rounds=None,
-                        max_queries=MAX_QUERIES, max_length=MAX_LENGTH, design="lean")
+    opt, tol = _options(oracle, d, Request(heads=H, seed=seed, max_length=MAX_LENGTH, design="lean"))
     access = Access(oracle, opt.d)
     with working_precision(access):
         return learn_lean(access, opt, tol, extra_sample=True)

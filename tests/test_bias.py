@@ -10,8 +10,9 @@ from attnlearn import RecoveryError, learn, query_budget
 from attnlearn.errors import IllConditionedError, NotIdentifiableError
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.cost import bias_budget
+from attnlearn.learner.family import AFFINE
 from attnlearn.learner.paper.bias import bias_error
-from attnlearn.learner.paper.bias import biased_layer as layer_from_parts
+from attnlearn.learner.paper.bias import AffineHeads, biased_layer as layer_from_parts
 from attnlearn.learner.paper.design import ConfigTable, build_design, draw_directions
 from attnlearn.learner.cost import holdout_count
 from attnlearn.learner.tolerances import Tolerances
@@ -41,7 +42,7 @@ class LayerOracle:
 
 def test_table_has_one_more_block_and_midpoint_crosses():
     for d in (1, 2, 5):
-        t, p = ConfigTable(d, bias=True), ConfigTable(d)
+        t, p = ConfigTable(d, family=AFFINE), ConfigTable(d)
         assert (t.B, t.mid, p.B, p.mid) == (d + 1, 0.5, d, 1)
         assert len(t) == (d + 1) * (2 * d - 1) + d == len(p) + 2 * d
         assert list(t.kind).count("cross") == d and t.qidx[t.cross(d)] == 2 * d
@@ -121,8 +122,8 @@ def test_the_biased_design_is_affine(d, seed, f):
     """Every cross's final token is the midpoint of q_1 and its block's, so an affine map's value there
     is the mean of the two blocks' (what the matching predicts), and [Q; 1] is invertible."""
     rng = np.random.default_rng(seed)
-    dirs = draw_directions(rng, d, bias=True)
-    design = build_design(dirs, dirs.q[0], dirs.base[0, 0], f, exact=False, bias=True)
+    dirs = draw_directions(rng, d, family=AFFINE)
+    design = build_design(dirs, dirs.q[0], dirs.base[0, 0], f, exact=False, family=AFFINE)
     t = design.table
     assert design.Q.shape == (d, d + 1) and design.U.shape == (d + 1, d, d)
     for k in range(1, t.B):
@@ -143,7 +144,8 @@ def test_a_head_recovered_with_v_zero_is_refused():
     v = np.array([[1.0, 0.5], [0.0, 0.0]])  # head 1 has v = 0: not a canonical head
     tol = Tolerances.for_mode(exact=False)
     with pytest.raises(NotIdentifiableError, match=r"head 1 was recovered with v = 0 \(not a canonical head\)"):
-        layer_from_parts(W, c, v, np.zeros((2, 2, 3)), np.zeros((2, 2)), 1.0, np.ones(2), eps_out=0.0, tol=tol)
-    model, estimate = layer_from_parts(W[:1], c[:1], v[:1], np.zeros((1, 2, 3)), np.zeros((1, 2)), 1.0, np.ones(2),
-                                       eps_out=0.0, tol=tol)
+        layer_from_parts(AffineHeads(W, c, np.zeros((2, 2, 3))), v, np.zeros((2, 2)), 1.0, np.ones(2), eps_out=0.0,
+                         tol=tol)
+    model, estimate = layer_from_parts(AffineHeads(W[:1], c[:1], np.zeros((1, 2, 3))), v[:1], np.zeros((1, 2)), 1.0,
+                                       np.ones(2), eps_out=0.0, tol=tol)
     assert float(np.ravel(model.b)[0]) == 1.0 - 1.5 and estimate == 0.0  # beta = c_1 - V^T q_1, no error bound without errors

@@ -253,12 +253,10 @@ def _learn_extra_sample(oracle, d, H, seed):
     # learn's validation, checked access and precision, then the variant with H + 1 samples
     from attnlearn._arith import working_precision
     from attnlearn.learner.lean.run import learn_lean
-    from attnlearn.learner.options import build_options as _options
+    from attnlearn.learner.options import Request, build_options as _options
     from attnlearn.protocol import Access
 
-    opt, tol = _options(oracle, d, heads=H, max_heads=None, holdout=None, nodes=None, spread=None,
-                        method=None, robust=False, seed=seed, output_error=None, redraw_rounds=None,
-                        max_queries=10**7, max_length=129, design="lean")
+    opt, tol = _options(oracle, d, Request(heads=H, seed=seed, max_length=129, design="lean"))
     access = Access(oracle, opt.d)
     with working_precision(access):
         return learn_lean(access, opt, tol, extra_sample=True)

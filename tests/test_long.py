@@ -5,6 +5,7 @@ import pytest
 
 from attnlearn import IllConditionedError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
 from attnlearn.layer import AttentionLayer
+from attnlearn.learner.family import AFFINE
 from attnlearn.learner import bias_error
 from attnlearn.learner.cost import long_cost
 from attnlearn.learner.long import ask as long_ask
@@ -92,7 +93,7 @@ def test_fit_config_recovers_steps_and_ratio_grid():
     c_true, g_true, C = np.array([-1.5, 2.0]), np.array([0.7, -1.3]), 0.4
     F = C + 1 / (1 + np.exp(z[:, None] - c_true[None, :])) @ g_true
     sd = noise_sd(F, absolute=0.0, relative=1e-12)
-    _, c, g, chi2 = fit_config(z, F, sd, 2, Vq=C, Vq_sd=1e-12, Vx=C + g_true.sum(), Vx_sd=1e-12)
+    _, c, g, chi2 = fit_config(z, F, sd, 2, ends=(C, 1e-12, C + g_true.sum(), 1e-12))
     assert np.allclose(c, c_true, atol=1e-8) and np.allclose(g, g_true, atol=1e-8) and chi2 < 100
 
 
@@ -341,13 +342,13 @@ def test_origin_fits_minus_kappa_from_the_candidate_and_refuses_a_foreign_one():
     tol = LongTolerances()
     b, z = ratio_grid(L, tol.ratios(H))
     ctx = long_ask.Context(ask=Access(Oracle(layer), d), d=d, H=H, L=L, b=b, z=z, absolute=0.0, relative=0.0, tol=tol,
-                  rng=np.random.default_rng(0), bias=True)
+                  rng=np.random.default_rng(0), family=AFFINE)
     ctx.V, ctx.V_sd = long_ask.ask_V(ctx)
 
     def candidate(u, q):
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        C, c, g, chi2 = long_fit.fit_config(z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], rng=ctx.rng)
+        C, c, g, chi2 = long_fit.fit_config(z, F, sd, H, ends=e, rng=ctx.rng)
         return (F, sd, e, C, c), g
 
     u, q = np.array([1.0, -0.6, 0.4]), np.array([0.3, 0.5, -0.2])

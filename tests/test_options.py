@@ -60,3 +60,51 @@ def test_the_paper_design_fills_its_defaults():
     assert ra.queries == rb.queries and a.queries == b.queries
     np.testing.assert_array_equal(ra.model.W, rb.model.W)
     np.testing.assert_array_equal(ra.model.v, rb.model.v)
+
+
+# ---------------------------------------------------------------- fallback=: robust mode's fallback, explicit
+FALLBACK_REFUSED = [
+    ({"fallback": "bogus", "heads": 2}, r"fallback must be \"auto\", \"long\" or None, got 'bogus'"),
+    ({"fallback": "long", "heads": 2, "max_length": 4096}, r'fallback="long" .*needs robust=True'),
+    ({"fallback": "long", "robust": True, "max_heads": 2, "max_length": 4096}, r'fallback="long" needs heads=H'),
+    ({"fallback": "long", "robust": True, "heads": 9, "max_length": 4096}, r'fallback="long" needs heads <= 8'),
+    ({"fallback": "long", "robust": True, "heads": 2}, r'fallback="long" needs max_length given .* not given'),
+    ({"fallback": "long", "robust": True, "heads": 2, "max_length": 32},
+     r'fallback="long" needs max_length given explicitly and at least 64 .* got 32'),
+    ({"fallback": "long", "heads": 2, "design": "lean"}, r'fallback="long" .*design="paper" \(got design="lean"\)'),
+    ({"fallback": "long", "heads": 2, "design": "long", "max_length": 256},
+     r'fallback="long" .*design="paper" \(got design="long"\)'),
+]
+
+
+@pytest.mark.parametrize("kw,message", FALLBACK_REFUSED)
+def test_fallback_long_without_its_conditions_is_refused_before_any_query(kw, message):
+    oracle = Oracle(random_model(2, 2, seed=0))
+    with pytest.raises(ValueError, match=message):
+        learn(oracle, 2, **kw)
+    assert oracle.queries == 0
+
+
+def test_fallback_none_never_falls_back_and_auto_and_long_fall_back_alike():
+    """The case of tests/test_torch.py whose paper design raises (complex poles by construction)."""
+    pytest.importorskip("torch")
+    from test_torch import _ComplexShortQueries, _fallback_layer
+
+    from attnlearn import RecoveryError
+    from attnlearn.torch import TorchOracle
+
+    m, r = _fallback_layer()
+    none = _ComplexShortQueries(TorchOracle(m, readout=r))
+    with pytest.raises(RecoveryError) as info:
+        learn(none, 4, heads=2, robust=True, seed=1, max_length=4096, fallback=None)
+    notes = getattr(info.value, "__notes__", [])
+    assert not any("fell back" in n or "max_length=" in n for n in notes)
+    assert none.queries < 4096  # the paper's queries only: not one long query
+    recs = {}
+    for fallback in ("auto", "long"):
+        oracle = _ComplexShortQueries(TorchOracle(m, readout=r))
+        recs[fallback] = learn(oracle, 4, heads=2, robust=True, seed=1, max_length=4096, fallback=fallback)
+        assert recs[fallback].diagnostics.fallback.startswith("PoleError: ")
+        assert recs[fallback].queries["abandoned"] == none.queries
+    assert recs["auto"].queries == recs["long"].queries
+    np.testing.assert_array_equal(recs["auto"].model.W, recs["long"].model.W)

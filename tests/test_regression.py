@@ -107,8 +107,6 @@ def test_bad_arguments():
         fit_regression(Xs, ys, 2, 1, maxiter=0)
     with pytest.raises(ValueError, match="tol must be a positive number"):
         fit_regression(Xs, ys, 2, 1, tol=0.0)
-    with pytest.raises(ValueError, match="init_scale must be a positive number"):
-        fit_regression(Xs, ys, 2, 1, init_scale=-1.0)
     with pytest.raises(ValueError, match="does not match the oracle's token width 2"):
         random_queries(Oracle(target), 3, 10, 3, seed=0)
     with pytest.raises(ValueError, match="n_queries must be an integer >= 1"):

@@ -7,7 +7,7 @@ from attnlearn import Oracle, query_budget
 from attnlearn.errors import PoleError
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.cost import bias_budget
-from attnlearn.learner.options import build_options as _options
+from attnlearn.learner.options import Request, build_options as _options
 from attnlearn.learner.paper.stages import FittedDesign, fit_design
 from attnlearn.model import random_model
 from attnlearn.protocol import Access
@@ -26,9 +26,7 @@ class ScalarLayer:
 
 
 def fitted(oracle, d, **kw):
-    opt, tol = _options(oracle, d, heads=kw.pop("heads"), max_heads=None, holdout=None, nodes=None, spread=None,
-                        method="linearised", robust=kw.pop("robust", False), seed=kw.pop("seed", 0),
-                        output_error=None, redraw_rounds=4, max_queries=10**7, max_length=None, **kw)
+    opt, tol = _options(oracle, d, Request(method="linearised", redraw_rounds=4, **kw))
     access = Access(oracle, opt.d)
     return fit_design(access, opt, tol), access
 

@@ -1,5 +1,6 @@
 """Tests of attnlearn.transformer: the one-layer Transformer and its learner (claim C9, chapter 6)."""
 
+import dataclasses
 import math
 
 import mpmath
@@ -13,6 +14,7 @@ from attnlearn import (
     OneLayerTransformer,
     Oracle,
     RecoveryError,
+    TransformerOptions,
     TransformerRecovery,
     UniformNoise,
     canonical,
@@ -199,7 +201,7 @@ def test_float64_d3_h2_k4(seed):
 def test_float64_holdout_check_raises():
     T = OneLayerTransformer.random(3, 2, 4, seed=0)
     with pytest.raises(CheckFailedError, match="misses the oracle on 32 held-out sequences"):
-        learn_transformer(Oracle(T), 3, heads=2, holdout_tol=1e-20)
+        learn_transformer(Oracle(T), 3, heads=2, options=TransformerOptions(holdout_tol=1e-20))
 
 
 # --- the conditions, each violated once (constructed exactly in mpmath) --------------------------
@@ -288,8 +290,8 @@ def test_head_invisible_in_difference_raises(parts):
 def test_perturbation_margin():
     T = OneLayerTransformer.random(3, 2, 4, seed=0)
     with pytest.raises(RegionFitError, match="even with a perturbation shrunk 0 times"):
-        learn_transformer(Oracle(T, precision=40), 3, heads=2, perturbation=0.9, max_shrinks=0)
-    rec = learn_transformer(Oracle(T, precision=40), 3, heads=2, perturbation=0.9)
+        learn_transformer(Oracle(T, precision=40), 3, heads=2, options=TransformerOptions(perturbation=0.9, max_shrinks=0))
+    rec = learn_transformer(Oracle(T, precision=40), 3, heads=2, options=TransformerOptions(perturbation=0.9))
     assert max(rec.residuals["shrinks"]) >= 1 and output_error(T, rec.model, n=50) <= 1e-20
 
 
@@ -325,9 +327,9 @@ def test_argument_errors():
     with pytest.raises(ValueError, match="give exactly one of heads=H"):
         learn_transformer(o, 2)
     with pytest.raises(ValueError, match=r"perturbation must be a number in \(0, 1\)"):
-        learn_transformer(o, 2, heads=1, perturbation=1.5)
+        learn_transformer(o, 2, heads=1, options=TransformerOptions(perturbation=1.5))
     with pytest.raises(ValueError, match="grid must be an integer >= 2"):
-        learn_transformer(o, 2, heads=1, grid=1)
+        learn_transformer(o, 2, heads=1, options=TransformerOptions(grid=1))
 
 
 def test_errors_are_recovery_errors():
@@ -347,12 +349,12 @@ def test_errors_are_recovery_errors():
         (lambda: _find_kinks(lambda ts: [t * t for t in ts], _Num(False), lambda: 1e-10, 4, min_width=1e-12,
                              hstep=1e-6), KinkError, "more than 2000 samples on the line"),
         # step 3 (regions)
-        (lambda: learn_transformer(Oracle(T2, precision=40), 3, heads=2, perturbation=0.9, max_shrinks=0),
+        (lambda: learn_transformer(Oracle(T2, precision=40), 3, heads=2, options=TransformerOptions(perturbation=0.9, max_shrinks=0)),
          RegionFitError, "even with a perturbation shrunk 0 times"),
         # step 4 (orientation)
         (lambda: learn_transformer(Oracle(opposite), 3, heads=1), OrientationError, "no sign pattern of the 3 jumps"),
         # the held-out check
-        (lambda: learn_transformer(Oracle(T2), 3, heads=2, holdout_tol=1e-20), CheckFailedError,
+        (lambda: learn_transformer(Oracle(T2), 3, heads=2, options=TransformerOptions(holdout_tol=1e-20)), CheckFailedError,
          "misses the oracle on 32 held-out sequences"),
     ]
     for call, cls, match in failures:
@@ -409,9 +411,18 @@ def test_output_scale_does_not_matter(scale):
 )
 def test_every_argument_is_named_before_any_query(kwargs, exc, match):
     o = Oracle(OneLayerTransformer.random(2, 1, 2))
-    kwargs = {"heads": 1, **kwargs}
+    fields = {f.name for f in dataclasses.fields(TransformerOptions)}
+    options = TransformerOptions(**{k: v for k, v in kwargs.items() if k in fields})
+    kwargs = {"heads": 1, **{k: v for k, v in kwargs.items() if k not in fields}, "options": options}
     with pytest.raises(exc, match=match):
         learn_transformer(o, 2, **kwargs)
+    assert o.queries == 0
+
+
+def test_options_must_be_transformer_options():
+    o = Oracle(OneLayerTransformer.random(2, 1, 2))
+    with pytest.raises(TypeError, match="options must be a TransformerOptions, got dict"):
+        learn_transformer(o, 2, heads=1, options={"grid": 4})
     assert o.queries == 0
 
 
@@ -425,9 +436,9 @@ def test_an_oracle_without_the_protocol_is_named_by_learn_transformer():
     [
         ({"heads": 10**6}, r"32,000,061 queries \(step 1 \(design\) 28,000,002, step 1 \(held-out\) 4,000,010, kink "
                            r"grid 17, held-out 32\) of up to 2,000,001 tokens, more than max_queries = 10,000,000"),
-        ({"heads": 1, "holdout": 10**9}, r"1,000,000,111 queries .* held-out 1,000,000,000\) of up to 3 tokens, more "
+        ({"heads": 1, "options": TransformerOptions(holdout=10**9)}, r"1,000,000,111 queries .* held-out 1,000,000,000\) of up to 3 tokens, more "
                                          r"than max_queries = 10,000,000: pass max_queries=1000000111 to allow it"),
-        ({"heads": 1, "grid": 10**8}, r"kink grid 100,000,001, .* more than max_queries = 10,000,000"),
+        ({"heads": 1, "options": TransformerOptions(grid=10**8)}, r"kink grid 100,000,001, .* more than max_queries = 10,000,000"),
         ({"heads": 100}, r"its longest query \(2n \+ 1 with n = 100\) is longer than max_length = 129"),
     ],
 )
@@ -442,7 +453,7 @@ def test_the_transformer_cost_estimate_counts_step_one():
     from attnlearn.learner.cost import learn_cost
 
     T = OneLayerTransformer.random(2, 1, 2, seed=0)
-    rec = learn_transformer(Oracle(T), 2, heads=1, holdout=7)
+    rec = learn_transformer(Oracle(T), 2, heads=1, options=TransformerOptions(holdout=7))
     parts, _ = learn_cost(2, 1, robust=False, holdout=32)  # learn's float64 default on D
     assert rec.queries["attention"] == 2 * sum(parts.values())
     assert rec.queries["holdout"] == 7
@@ -450,6 +461,6 @@ def test_the_transformer_cost_estimate_counts_step_one():
 
 def test_holdout_zero_is_reported_unverified():
     T = OneLayerTransformer.random(2, 1, 2, seed=8)
-    rec = learn_transformer(Oracle(T, precision=DPS), 2, heads=1, holdout=0)
+    rec = learn_transformer(Oracle(T, precision=DPS), 2, heads=1, options=TransformerOptions(holdout=0))
     assert rec.queries["holdout"] == 0 and not rec.verified
     assert rec.attention.verified  # step 1 still verified its heads of D

@@ -8,7 +8,8 @@ chapter 7 (the biased design's and robust mode's fallback) and chapter 8 (the le
 from .nodes import ratio_grid
 from .tolerances import LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, LongTolerances, Tolerances
 
-__all__ = ["query_budget", "bias_budget", "lean_budget", "lean_holdout_count", "long_cost", "holdout_count", "check_cost", "learn_cost", "fallback_length", "fallback_cost"]
+__all__ = ["query_budget", "bias_budget", "lean_budget", "lean_holdout_count", "long_cost", "holdout_count", "check_cost", "learn_cost", "fallback_length", "fallback_cost",
+           "long_holdout_count"]
 
 
 def query_budget(d, n):
@@ -109,7 +110,16 @@ def fallback_cost(d, n, L, *, holdout, bias):
 
     lt = LongTolerances()
     parts, _ = long_cost(d, n, L, tol=lt, bias=bias)
-    return sum(parts.values()) + (max(holdout, lt.holdout_length) if holdout else 0)
+    return sum(parts.values()) + long_holdout_count(holdout, lt)
+
+
+def long_holdout_count(holdout, tol):
+    r"""Held-out queries the long design asks for ``holdout``: at least one of every length up to
+    ``tol.holdout_length`` (:class:`~.tolerances.LongTolerances`), so
+    :math:`\max(\text{holdout}, \text{holdout\_length})`, or 0 when ``holdout`` is 0.
+
+    Used in: chapters 5b and 7."""
+    return max(holdout, tol.holdout_length) if holdout else 0
 
 
 def lean_budget(d, n):

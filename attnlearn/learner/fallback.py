@@ -3,8 +3,6 @@ r"""Robust mode's fallback to the long design (:func:`with_fallback`), when long
 Used in: chapter 7 (a PyTorch layer at its default initialisation).
 """
 
-from dataclasses import replace
-
 from ..errors import ContextLimitError, RecoveryError
 from ..protocol import OracleRefusedError
 from .tolerances import LONG_MIN_LENGTH
@@ -49,12 +47,9 @@ def with_fallback(pipeline):
             first = f"{type(exc).__name__}: {exc}"
         mid = oracle.queries
         abandoned = mid - start
-        long_opt = replace(opt, design="long", max_length=opt.fallback, robust=False, nodes="ratios", spread=1.0,
-                           method="linearised", redraw_rounds=0, scale="probe", relative_error=0.0,
-                           output_error=0.0 if opt.output_error is None else float(opt.output_error))
         oracle.log = None  # the long design's queries are long and keep their own estimate
         try:
-            rec = learn_long(oracle, long_opt, tol)
+            rec = learn_long(oracle, opt.long_options(), tol)
         except (RecoveryError, OracleRefusedError) as exc:
             refused = isinstance(exc, OracleRefusedError)
             second = (f"the oracle refused its queries of {exc.length:,} tokens ({exc.__cause__!r})" if refused

@@ -15,11 +15,12 @@ from .._arith import working_precision
 from ..arguments import check_real
 from ..errors import RecoveryError
 from ..protocol import Access
-from .certificate import QueryLog
 from .accuracy import certifying, check_accuracy, refuse_out_of_reach
+from .certificate import QueryLog
 from .fallback import with_fallback
+from .family import AFFINE, LINEAR
 from .lean.run import learn_lean
-from .options import build_options
+from .options import LeanOptions, LongOptions, PaperOptions, Request, build_options
 from .paper.bias import learn_biased
 from .paper.run import run as run_paper
 from .tolerances import LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, MAX_QUERIES
@@ -29,7 +30,8 @@ __all__ = ["learn"]
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method=None, redraw_rounds=None, nodes=None, max_queries=MAX_QUERIES,
-          max_length=None, scale="probe", bias=False, design="paper", relative_error=None, accuracy=None):
+          max_length=None, scale="probe", bias=False, design="paper", relative_error=None, accuracy=None,
+          fallback="auto"):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -52,7 +54,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         it from the learned :math:`V`, and redraw ill-conditioned configurations (reported).
         ``design="paper"`` only. With ``heads`` given (at most
         :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`) and ``max_length`` given explicitly and at
-        least :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`, robust mode falls back to
+        least :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`, robust mode falls back (``fallback``) to
         ``design="long"`` (queries of ``min(max_length, 4096)`` tokens) when the paper's design
         raises a :class:`RecoveryError` or returns an error estimate above ``accuracy`` (default
         :data:`~attnlearn.learner.tolerances.FALLBACK_ESTIMATE`, 1e-6): the abandoned queries
@@ -160,6 +162,15 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``accuracy`` asked, a recovery that fails raises ``AccuracyError`` too, certifying
         nothing (``.certified = inf``, the failure as its ``__cause__``).
         Default None: no requirement.
+    fallback : {"auto", "long", None}, keyword-only
+        Robust mode's fallback to ``design="long"`` (see ``robust``; chapter 7). ``"auto"`` (the
+        default): taken when robust mode, ``heads`` and ``max_length`` allow it (``robust=True``,
+        ``heads`` at most :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`, ``max_length``
+        given and at least :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`), else none.
+        ``"long"``: the same fallback, but every one of those conditions is required, and a
+        request that misses one (or with ``design`` other than ``"paper"``) is refused before any
+        query, naming ``fallback`` and the missing condition. ``None``: never fall back, whatever
+        ``max_length`` allows.
 
     Returns
     -------
@@ -175,7 +186,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         options that do not go together (an option the design does not use, named with the design,
         :data:`~attnlearn.learner.options.UNUSED`: e.g. ``design="lean"`` with ``robust=True``,
         ``nodes=``, ``method=``, ``bias=True`` or ``scale="search"``; ``design="long"`` with
-        ``method=``, ``nodes=``, ``spread=`` or ``redraw_rounds=``; ``scale="search"`` in exact mode); or a request
+        ``method=``, ``nodes=``, ``spread=`` or ``redraw_rounds=``; ``scale="search"`` in exact mode;
+        ``fallback="long"`` without robust mode, ``heads`` or a long enough ``max_length``); or a request
         costing more than ``max_queries`` queries or ``max_length`` tokens per query, with its
         count and longest query. All are raised before any query.
     RecoveryError
@@ -211,34 +223,44 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
     .. [1] S. Kim, I. Kim, J. Guo, "Provably Learning Multi-Head Attention with
            Queries", arXiv:2608.03294, 2026.
     """
-    opt, tol = build_options(oracle, d, heads=heads, max_heads=max_heads, holdout=holdout, nodes=nodes, spread=spread,
-                        method=method, robust=robust, seed=seed, output_error=output_error,
-                        redraw_rounds=redraw_rounds, max_queries=max_queries, max_length=max_length, scale=scale,
-                        bias=bias, design=design, relative_error=relative_error)
+    opt, tol = build_options(oracle, d, Request(
+        heads=heads, max_heads=max_heads, seed=seed, robust=robust, output_error=output_error, holdout=holdout,
+        spread=spread, method=method, redraw_rounds=redraw_rounds, nodes=nodes, max_queries=max_queries,
+        max_length=max_length, scale=scale, bias=bias, design=design, relative_error=relative_error,
+        fallback=fallback))
     accuracy = None if accuracy is None else float(check_real(accuracy, "accuracy", positive=True))
-    if accuracy is not None and opt.design == "long":  # the information limit, before any query
+    if accuracy is not None and isinstance(opt, LongOptions):  # the information limit, before any query
         refuse_out_of_reach(opt.d, opt.n, L=opt.max_length, relative=opt.relative_error, accuracy=accuracy)
-    if accuracy is not None:  # robust mode's fallback keeps a paper recovery that meets it
-        opt = replace(opt, fallback_above=accuracy)
+    if accuracy is not None and isinstance(opt, PaperOptions):  # robust mode's fallback keeps a paper recovery
+        opt = replace(opt, fallback_above=accuracy)  # that meets it
     oracle = Access(oracle, opt.d)  # every answer checked (count, type, finiteness) and counted here
     with certifying(accuracy):  # with an accuracy asked, a failed recovery certifies none
-        if opt.design == "long":
-            from .long.run import learn_long
-
-            return check_accuracy(learn_long(oracle, opt, tol), accuracy)
-        if not oracle.exact:  # every answer refits the model at the end (the joint certificate)
-            oracle.log = QueryLog()
-        with working_precision(oracle):
-            pipeline = learn_lean if opt.design == "lean" else learn_biased if opt.bias else run_paper
-            if opt.fallback:
-                pipeline = with_fallback(pipeline)
-            try:
-                recovery = pipeline(oracle, opt, tol)
-            except RecoveryError as exc:
-                if opt.robust and not opt.fallback and opt.heads_given and opt.n <= LONG_MAX_HEADS:
-                    exc.add_note(f'robust mode falls back to design="long" when max_length allows it: pass '
-                                 f"max_length={LONG_FALLBACK_LENGTH} to let it")
-                raise
-            return check_accuracy(recovery, accuracy)
+        return check_accuracy(_run(oracle, opt, tol), accuracy)
 
 
+def _run(oracle, opt, tol):
+    """The design's run for its options ``opt`` (:class:`~.options.PaperOptions`,
+    :class:`~.options.LeanOptions` or :class:`~.options.LongOptions`): the long design at float64,
+    the others in the oracle's working precision; the paper's wrapped by robust mode's fallback
+    when ``opt.fallback``.
+
+    Used in: chapters 4, 5b, 7 and 8 (every call of :func:`learn`)."""
+    if isinstance(opt, LongOptions):
+        from .long.run import learn_long
+
+        return learn_long(oracle, opt, tol)
+    if not oracle.exact:  # every answer refits the model at the end (the joint certificate)
+        oracle.log = QueryLog()
+    with working_precision(oracle):
+        if isinstance(opt, LeanOptions):
+            return learn_lean(oracle, opt, tol)
+        pipeline = {LINEAR: run_paper, AFFINE: learn_biased}[opt.family]
+        if opt.fallback:
+            pipeline = with_fallback(pipeline)
+        try:
+            return pipeline(oracle, opt, tol)
+        except RecoveryError as exc:
+            if opt.robust and opt.fallback_hint and not opt.fallback and opt.heads_given and opt.n <= LONG_MAX_HEADS:
+                exc.add_note(f'robust mode falls back to design="long" when max_length allows it: pass '
+                             f"max_length={LONG_FALLBACK_LENGTH} to let it")
+            raise

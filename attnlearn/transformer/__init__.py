@@ -54,11 +54,12 @@ from .model import OneLayerTransformer
 from .kinks import KinkError
 from .regions import RegionFitError
 from .orientations import OrientationError
-from .learn import learn_transformer, TransformerRecovery
+from .learn import learn_transformer, TransformerOptions, TransformerRecovery
 
 __all__ = [
     "OneLayerTransformer",
     "learn_transformer",
+    "TransformerOptions",
     "TransformerRecovery",
     "KinkError",
     "RegionFitError",

@@ -25,6 +25,7 @@ from .regions import _region_gradients
 
 __all__ = [
     "learn_transformer",
+    "TransformerOptions",
     "TransformerRecovery",
 ]
 
@@ -113,9 +114,47 @@ class TransformerRecovery:
                 f"queries={self.queries['total']}, holdout={self.residuals['holdout']:.1e})")
 
 
-def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, holdout=32,
-                      grid=16, perturbation=0.25, max_shrinks=6, max_units=20, holdout_tol=None,
-                      max_queries=MAX_QUERIES, max_length=MAX_LENGTH):
+@dataclass(frozen=True)
+class TransformerOptions:
+    r"""The options of :func:`learn_transformer`'s steps 2-5, its held-out check and step 1's
+    longest query (each checked by :func:`learn_transformer` before any query).
+
+    Attributes
+    ----------
+    holdout : int
+        Held-out random sequences (lengths 1-6) on which the result is checked (default 32).
+    grid : int
+        Initial number of intervals on the half circle (step 2; default 16, at least 2).
+    perturbation : float
+        Initial size of :math:`u` relative to :math:`q` in each region, times the sine of the
+        region's half-width (step 3; default 0.25, in (0, 1)).
+    max_shrinks : int
+        How many times (factor 8 each) the perturbation may shrink before
+        :class:`RegionFitError` (default 6).
+    max_units : int
+        Largest :math:`k'` for the :math:`2^{k'}` orientation search (default 20).
+    holdout_tol : float, optional
+        Largest accepted relative held-out discrepancy; default :math:`10^{-\mathrm{dps}/2}`
+        in exact mode, :math:`10^{-5}` in float64 (step 1's float64 accuracy decides what is
+        reachable; chapter 6 measures it). A positive finite number.
+    max_length : int
+        Refuse, before any query, a request whose longest query is longer than this (as
+        :func:`attnlearn.learn` does; default :data:`~attnlearn.learner.tolerances.MAX_LENGTH`).
+
+    Used in: chapter 6.
+    """
+
+    holdout: int = 32
+    grid: int = 16
+    perturbation: float = 0.25
+    max_shrinks: int = 6
+    max_units: int = 20
+    holdout_tol: float = None
+    max_length: int = MAX_LENGTH
+
+
+def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, max_queries=MAX_QUERIES,
+                      options=TransformerOptions()):
     r"""Recover a Transformer functionally equivalent to a one-layer Transformer oracle.
 
     Parameters
@@ -132,30 +171,17 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
         :func:`attnlearn.learn`).
     robust : bool, keyword-only
         float64: passed to :func:`attnlearn.learn` for step 1.
-    holdout : int, keyword-only
-        Held-out random sequences (lengths 1-6) on which the result is checked.
-    grid : int, keyword-only
-        Initial number of intervals on the half circle (step 2).
-    perturbation : float, keyword-only
-        Initial size of :math:`u` relative to :math:`q` in each region, times the sine of the
-        region's half-width (step 3).
-    max_shrinks : int, keyword-only
-        How many times (factor 8 each) the perturbation may shrink before
-        :class:`RegionFitError`.
-    max_units : int, keyword-only
-        Largest :math:`k'` for the :math:`2^{k'}` orientation search.
-    holdout_tol : float, optional, keyword-only
-        Largest accepted relative held-out discrepancy; default :math:`10^{-\mathrm{dps}/2}`
-        in exact mode, :math:`10^{-5}` in float64 (step 1's float64 accuracy decides what is
-        reachable; chapter 6 measures it). A positive finite number.
-    max_queries, max_length : int, keyword-only
-        Refuse, before any query, a request needing more queries than ``max_queries`` or a query
-        longer than ``max_length`` tokens (as :func:`attnlearn.learn` does; defaults
-        :data:`~attnlearn.learner.tolerances.MAX_QUERIES` and
-        :data:`~attnlearn.learner.tolerances.MAX_LENGTH`). Counted: step 1's queries (two
-        per value of :math:`D`: the design, robust mode's constants, :func:`attnlearn.learn`'s
-        default held-out queries), step 2's initial grid of ``grid + 1`` and ``holdout``; the
-        refinements of steps 2-3 depend on the answers and are not counted.
+    max_queries : int, keyword-only
+        Refuse, before any query, a request needing more queries than ``max_queries`` (as
+        :func:`attnlearn.learn` does; default :data:`~attnlearn.learner.tolerances.MAX_QUERIES`).
+        Counted: step 1's queries (two per value of :math:`D`: the design, robust mode's
+        constants, :func:`attnlearn.learn`'s default held-out queries), step 2's initial grid of
+        ``grid + 1`` and ``holdout``; the refinements of steps 2-3 depend on the answers and are
+        not counted.
+    options : TransformerOptions, keyword-only
+        Steps 2-5's options, the held-out check's and the longest query allowed (``holdout``,
+        ``grid``, ``perturbation``, ``max_shrinks``, ``max_units``, ``holdout_tol``,
+        ``max_length``; see there).
 
     Returns
     -------
@@ -167,11 +193,13 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
         An argument of the wrong type, naming it (before any query).
     ValueError
         An argument out of range, naming it, or a request above ``max_queries`` or
-        ``max_length`` with its count (before any query).
+        ``options.max_length`` with its count (before any query).
     RecoveryError
         :class:`KinkError`, :class:`RegionFitError`, :class:`OrientationError`,
         :class:`attnlearn.CheckFailedError` (a check failed: the conditions of chapter 6 do not
         hold, or float64 is not accurate enough), or the errors of :func:`attnlearn.learn`.
+
+    Used in: chapter 6.
     """
     d = check_oracle(oracle, d)
     if d < 2:
@@ -180,51 +208,50 @@ def learn_transformer(oracle, d, *, heads=None, max_heads=None, seed=0, robust=F
     n = check_heads(heads, max_heads)
     seed = check_seed(seed, generator=False)
     robust = check_flag(robust, "robust")
-    holdout = check_count(holdout, "holdout", 0)
-    grid = check_count(grid, "grid", 2)
-    max_shrinks = check_count(max_shrinks, "max_shrinks", 0)
-    max_units = check_count(max_units, "max_units", 1)
-    if isinstance(perturbation, (bool, np.bool_)) or not isinstance(perturbation, numbers.Real):
-        raise TypeError(f"perturbation must be a number in (0, 1), got {type(perturbation).__name__} {perturbation!r}")
-    if not 0 < perturbation < 1:
-        raise ValueError(f"perturbation must be a number in (0, 1), got {perturbation!r}")
+    options, max_queries = _checked(options, oracle, max_queries)
     exact = oracle.exact
-    if holdout_tol is None:
-        holdout_tol = 10.0 ** (-oracle.dps / 2) if exact else 1e-5
-    holdout_tol = check_real(holdout_tol, "holdout_tol", positive=True)
-    max_queries = check_count(max_queries, "max_queries")
-    max_length = check_count(max_length, "max_length")
     # step 1 asks learn's queries of D, two real queries each; step 2 starts with grid + 1
     step1, longest = learn_cost(d, n, robust=robust and not exact, holdout=Tolerances.for_mode(
         exact=exact, dps=oracle.dps).holdout)
     parts = {f"step 1 ({k})": 2 * v for k, v in step1.items()}
-    parts.update({"kink grid": grid + 1, "held-out": holdout})
-    check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
+    parts.update({"kink grid": options.grid + 1, "held-out": options.holdout})
+    check_cost(parts, longest, max_queries=max_queries, max_length=options.max_length, n=n)
     before = oracle.queries
     # ---- step 1: attention from D(X) = T(X) - T(-X) ------------------------------------
     Dor = _DifferenceOracle(oracle)
     kw = {"robust": robust} if not exact else {}
-    att = learn(Dor, d, heads=heads, max_heads=max_heads, seed=seed, max_queries=max_queries, max_length=max_length,
-                **kw)
+    att = learn(Dor, d, heads=heads, max_heads=max_heads, seed=seed, max_queries=max_queries,
+                max_length=options.max_length, **kw)
     q_att = oracle.queries - before
     with working_precision(oracle):
-        return _steps(oracle, att, q_att, _Settings(seed=seed, holdout=holdout, grid=grid, perturbation=perturbation,
-                                                    max_shrinks=max_shrinks, max_units=max_units,
-                                                    holdout_tol=holdout_tol))
+        return _steps(oracle, att, q_att, options, seed=seed)
 
 
-@dataclass(frozen=True)
-class _Settings:
-    """:func:`learn_transformer`'s validated options of steps 2-5 and the held-out check (see its
-    parameters)."""
+def _checked(options, oracle, max_queries):
+    """``options`` and ``max_queries`` checked (in this order: holdout, grid, max_shrinks,
+    max_units, perturbation, holdout_tol, max_queries, max_length), ``holdout_tol``'s default
+    filled in for the oracle's mode. Returns the checked options and ``max_queries``.
 
-    seed: int
-    holdout: int
-    grid: int
-    perturbation: float
-    max_shrinks: int
-    max_units: int
-    holdout_tol: float
+    Used in: chapter 6."""
+    if not isinstance(options, TransformerOptions):
+        raise TypeError(f"options must be a TransformerOptions, got {type(options).__name__}")
+    holdout = check_count(options.holdout, "holdout", 0)
+    grid = check_count(options.grid, "grid", 2)
+    max_shrinks = check_count(options.max_shrinks, "max_shrinks", 0)
+    max_units = check_count(options.max_units, "max_units", 1)
+    perturbation = options.perturbation
+    if isinstance(perturbation, (bool, np.bool_)) or not isinstance(perturbation, numbers.Real):
+        raise TypeError(f"perturbation must be a number in (0, 1), got {type(perturbation).__name__} {perturbation!r}")
+    if not 0 < perturbation < 1:
+        raise ValueError(f"perturbation must be a number in (0, 1), got {perturbation!r}")
+    holdout_tol = options.holdout_tol
+    if holdout_tol is None:
+        holdout_tol = 10.0 ** (-oracle.dps / 2) if oracle.exact else 1e-5
+    holdout_tol = check_real(holdout_tol, "holdout_tol", positive=True)
+    max_queries = check_count(max_queries, "max_queries")
+    max_length = check_count(options.max_length, "max_length")
+    return TransformerOptions(holdout=holdout, grid=grid, perturbation=perturbation, max_shrinks=max_shrinks,
+                              max_units=max_units, holdout_tol=holdout_tol, max_length=max_length), max_queries
 
 
 @dataclass(frozen=True)
@@ -279,9 +306,12 @@ class _Context:
         return list(y) if self.exact else [float(v) for v in y]
 
 
-def _steps(oracle, att, q_att, settings):
-    """Steps 2-5 and the checks, in the learner's working precision (``settings``: :class:`_Settings`)."""
-    seed, holdout, holdout_tol = settings.seed, settings.holdout, settings.holdout_tol
+def _steps(oracle, att, q_att, settings, *, seed):
+    """Steps 2-5 and the checks, in the learner's working precision (``settings``: the checked
+    :class:`TransformerOptions`; ``seed`` the checked seed).
+
+    Used in: chapter 6."""
+    holdout, holdout_tol = settings.holdout, settings.holdout_tol
     N = _Num(oracle.exact)
     Wl, vl = (to_mp(att.model.W), to_mp(att.model.v)) if oracle.exact else (att.model.W, att.model.v)
     ctx = _Context(oracle, N, np.random.default_rng([seed, 6]), _Tolerances.of(oracle, N), Wl, vl)

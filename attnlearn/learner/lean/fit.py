@@ -89,7 +89,7 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     ell, gam, U, c0 = to_mp(fit.ell), to_mp(fit.gamma), to_mp(U), to_mp(np.array([c0]))[0]
     margins = []
     if m > 1 and d > 1:
-        perms, margins = match_links(ask, q0, U, c0, ell, gam, errors, sens=fit.sens, tol=tol)
+        perms, margins = match_links(ask, q0, U, c0, fit, errors, tol=tol)
         for i in range(1, d):
             ell[i], gam[i] = ell[i][list(perms[i - 1])], gam[i][list(perms[i - 1])]
             fit.sens[i] = fit.sens[i][:, list(perms[i - 1])]
@@ -104,7 +104,7 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     return PhaseOne(m, v, w0, err_v, err_w0, V, f, U, margins), errors
 
 
-def match_links(ask, q0, U, c0, ell, gam, errors, *, sens, tol):
+def match_links(ask, q0, U, c0, fit, errors, *, tol):
     r"""The :math:`d-1` link queries :math:`x=q_0-u_1-u_i` (one sample, :math:`t=1`) and the
     pairing of configuration :math:`i`'s heads with configuration 1's that reproduces each:
     predicted :math:`c_0+\sum_h(\gamma_{1h}+\gamma_{i\pi(h)})/(1+\rho_{1h}\rho_{i\pi(h)})`.
@@ -113,8 +113,9 @@ def match_links(ask, q0, U, c0, ell, gam, errors, *, sens, tol):
     pairing's residual over the answer's scale).
 
     The tolerance: in exact mode ``tol.exact_residual`` times the answer's scale; in float64
-    ``tol.match_safety`` times the pairing's first-order error bound (the fits' sensitivities
-    ``sens`` times the sample error, through the prediction's derivatives).
+    ``tol.match_safety`` times the pairing's first-order error bound (the sensitivities
+    ``fit.sens`` of the base configurations' fit ``fit`` times the sample error, through the
+    prediction's derivatives).
 
     Raises
     ------
@@ -122,6 +123,7 @@ def match_links(ask, q0, U, c0, ell, gam, errors, *, sens, tol):
         No pairing, or more than one, within the tolerance.
 
     Used in: chapter 8."""
+    ell, gam, sens = to_mp(fit.ell), to_mp(fit.gamma), fit.sens
     d, m = U.shape[0], ell.shape[1]
     X = np.empty((d - 1, 2, d), dtype=object)
     for i in range(1, d):

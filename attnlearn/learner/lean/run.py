@@ -12,11 +12,11 @@ import mpmath
 import numpy as np
 
 from ..._arith import to_mp
-from ..finish import finish, zero_function
+from ..finish import Ending, finish, zero_function
 from ..heads import canonical_heads
 from .design import draw_lean, phase_two_directions
 from .fit import phase_one
-from .solve import phase_two_block, solve_heads
+from .solve import FinalToken, phase_two_block, solve_heads
 
 __all__ = ["LeanDiagnostics", "learn_lean", "FLOAT_WORK_DPS"]
 
@@ -88,26 +88,28 @@ def _learn_lean(access, opt, tol, extra_sample):
         qj = to_mp(dirs.q[j] * math.sqrt(p1.f))
         Q[:, j] = qj
         Uj = to_mp(phase_two_directions(rng, p1.v, d) * math.sqrt(p1.f))
-        blocks.append(phase_two_block(access, j, qj, Uj, dirs.weights[j - 1], p1, q0, rng=rng, tol=tol,
-                                      eps=2 * errors.output, extra_sample=extra_sample))
+        block = FinalToken(j, qj, q0, Uj, dirs.weights[j - 1], eps=2 * errors.output)
+        blocks.append(phase_two_block(access, block, p1, rng=rng, tol=tol, extra_sample=extra_sample))
     heads = solve_heads(p1, blocks, Q, 2 * errors.output)
     model, estimate = canonical_heads(heads, p1.v, p1.err_v, tol=tol)
-    queries = {"design": access.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
     diag = LeanDiagnostics(
         visible_heads=p1.m, scale=p1.f, candidates=[[len(c) for c in b.candidates] for b in blocks],
         combinations=[b.combinations for b in blocks], check_margin=[b.margin for b in blocks if b.combinations],
         link_margin=p1.link_margin, root_tries=sum(b.tries for b in blocks),
         root_separation=min((b.separation for b in blocks), default=math.inf))
-    return finish(access, model, queries, diag, max_length=access.max_length, eps_out=errors.output,
-                  stated=errors.stated, estimate=estimate, holdout=opt.holdout, rng=rng, f=p1.f, tol=tol,
-                  verified=opt.holdout > 0)
+    return finish(access, _ending(access, start, model, diag, estimate, errors, p1.f), opt=opt, rng=rng, tol=tol)
 
 
 def _finish_zero(access, p1, errors, start, opt, rng, tol):
     """No canonical head: the zero function (phase 1 alone), checked like any return."""
-    queries = {"design": access.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
     diag = LeanDiagnostics(0, p1.f, [], [], [], [], 0, math.inf)
     model = zero_function(opt.d, output_error=opt.output_error, eps_out=errors.output, exact=tol.exact)
-    return finish(access, model, queries, diag, max_length=access.max_length, eps_out=errors.output,
-                  stated=errors.stated, estimate=0.0, holdout=opt.holdout, rng=rng, f=p1.f, tol=tol,
-                  verified=opt.holdout > 0)
+    return finish(access, _ending(access, start, model, diag, 0.0, errors, p1.f), opt=opt, rng=rng, tol=tol)
+
+
+def _ending(access, start, model, diag, estimate, errors, f):
+    """The lean design's :class:`~attnlearn.learner.finish.Ending`: every query since ``start`` is
+    the design's. Used in: chapter 8."""
+    queries = {"design": access.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
+    return Ending(model, queries, diag, estimate=estimate, eps_out=errors.output, f=f,
+                  max_length=access.max_length, stated=errors.stated)

@@ -18,13 +18,29 @@ from ..nodes import extra_node, lean_nodes
 from .ask import ask_queries, ask_configs
 from .roots import complete_roots
 
-__all__ = ["BlockRoots", "phase_two_block", "screen_extra", "choose_combination", "root_errors", "solve_heads",
+__all__ = ["FinalToken", "BlockRoots", "phase_two_block", "screen_extra", "choose_combination", "root_errors", "solve_heads",
            "MAX_COMBINATIONS"]
 
 #: Most combinations of candidate roots one check query may have to examine (a cost limit,
 #: not a tolerance: the prototype met up to 92,160 at H = 4, d = 6; each is a few float64
 #: operations).
 MAX_COMBINATIONS = 5_000_000
+
+
+@dataclass(frozen=True)
+class FinalToken:
+    r"""Phase 2's block of the final token :math:`q_j`: its index ``j``, ``qj``, phase 1's final
+    token ``q0``, the directions ``U`` (d, d) of its configurations, the check query's ``weights``
+    :math:`w_i`, and ``eps``, the error of a sample less the constant's (twice the output error).
+
+    Used in: chapter 8."""
+
+    j: int
+    qj: np.ndarray
+    q0: np.ndarray
+    U: np.ndarray
+    weights: np.ndarray
+    eps: float
 
 
 @dataclass
@@ -46,9 +62,9 @@ class BlockRoots:
     tau: list
 
 
-def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps, extra_sample=False):
-    r"""Phase 2 for the final token :math:`q_j`: :math:`m` samples of each of the :math:`d`
-    configurations (rows of ``U``), every root of each configuration's system, and (when some
+def phase_two_block(ask, block, p1, *, rng, tol, extra_sample=False):
+    r"""Phase 2 for the final token :math:`q_j` (``block``, a :class:`FinalToken`): :math:`m`
+    samples of each of the :math:`d` configurations (rows of ``block.U``), every root of each configuration's system, and (when some
     configuration has several real positive roots) the check query with final token
     :math:`q_0+q_j` that chooses the combination. Returns :class:`BlockRoots`.
 
@@ -67,6 +83,7 @@ def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps, extra_samp
         No combination, or more than one, reproduces the check query.
 
     Used in: chapter 8."""
+    j, qj, U, eps = block.j, block.qj, block.U, block.eps
     d, m = len(qj), p1.m
     pairs = lean_nodes(m) + ([extra_node(m)] if extra_sample else [])
     tau = [mpmath.mpf(t) / s for s, t in pairs]
@@ -91,14 +108,13 @@ def phase_two_block(ask, j, qj, U, weights, p1, q0, *, rng, tol, eps, extra_samp
     if all(len(c) == 1 for c in cands):
         ell = np.array([[mpmath.log(cands[i][0][h]) for i in range(d)] for h in range(m)], dtype=object)
         return BlockRoots(U, ell, cands, 0, math.inf, tries, min(seps), gamma, tau[:m])
-    choice, n_comb, margin = choose_combination(ask, j, qj, q0, U, weights, cands, p1, gamma=gamma, tau=tau[:m],
-                                                tol=tol, eps=eps)
+    choice, n_comb, margin = choose_combination(ask, block, cands, p1, gamma=gamma, tau=tau[:m], tol=tol)
     ell = np.array([[mpmath.log(cands[i][choice[i]][h]) for i in range(d)] for h in range(m)], dtype=object)
     return BlockRoots(U, ell, cands, n_comb, margin, tries, min(seps), gamma, tau[:m])
 
 
-def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, gamma, tau, tol, eps):
-    r"""The check query of block :math:`q_j`: final token :math:`q_c=q_0+q_j`, direction
+def choose_combination(ask, block, cands, p1, *, gamma, tau, tol):
+    r"""The check query of block :math:`q_j` (``block``, a :class:`FinalToken`): final token :math:`q_c=q_0+q_j`, direction
     :math:`u_c=\sum_iw_iu_{j,i}` (one sample, :math:`t=1`), and the one combination of the
     configurations' candidate roots whose prediction
     :math:`V^\top q_c+\sum_h\gamma_h/(1+e^{\ell_h})`, with
@@ -113,13 +129,14 @@ def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, gamma, tau, tol
     Returns ``(choice, combinations, margin)``.
 
     Used in: chapter 8."""
+    j, qj, q0, U, eps = block.j, block.qj, block.q0, block.U, block.eps
     d, m = len(qj), p1.m
     sizes = [len(c) for c in cands]
     n_comb = int(np.prod(sizes, dtype=object))
     if n_comb > MAX_COMBINATIONS:
         raise IllConditionedError(f"block q_{j}: {n_comb:,} combinations of candidate roots exceed "
                                   f"MAX_COMBINATIONS = {MAX_COMBINATIONS:,}")
-    w = weights
+    w = block.weights
     uc = np.array([mpmath.fsum(w[i] * U[i, k] for i in range(d)) for k in range(d)], dtype=object)
     qc = q0 + qj
     obs = ask_queries(ask, np.stack([qc - uc, qc])[None], f"the check query of block q_{j}")[0]
@@ -137,7 +154,7 @@ def choose_combination(ask, j, qj, q0, U, weights, cands, p1, *, gamma, tau, tol
     scale = max(abs(float(obs)), 1.0)
     order = np.argsort(res)
     if not tol.exact:
-        bound = _combination_bounds(S, gf, uc, qc, qj, U, w, cands, p1, gamma, tau, eps)
+        bound = _combination_bounds(S, gf, uc, block, cands, p1, gamma=gamma, tau=tau)
         passed = np.flatnonzero(res <= tol.match_safety * bound)
         if len(passed) > 1 and res[order[1]] >= tol.lean_separation * max(res[order[0]], eps / 2):
             # the first-order bounds are worst-case sums: when several combinations lie within
@@ -184,14 +201,18 @@ def root_errors(gamma, rho, tau, dG, dgam):
     return Jinv @ (dG + np.abs(1 / A) @ dgam)
 
 
-def _combination_bounds(S, gf, uc, qc, qj, U, w, cands, p1, gamma, tau, eps):
+def _combination_bounds(S, gf, uc, block, cands, p1, *, gamma, tau):
     r"""float64: the first-order bound of every combination's predicted check answer (in the
     order of the combinations in ``S``, the :math:`\ell_h` of each): the answer's error, the
     constant's :math:`|q_c|^\top\delta V`, and per head
     :math:`\delta\gamma_h\sigma_h+|\gamma_h|\sigma_h(1-\sigma_h)\delta\ell_h` with
     :math:`\sigma_h=1/(1+e^{\ell_h})` and :math:`\delta\ell_h` summed over phase 1's
     :math:`|u_c|^\top\delta(W_hq_0)` and the configurations' :math:`|w_i|` times
-    :func:`root_errors`."""
+    :func:`root_errors` (``block``: the :class:`FinalToken`, its check query's final token
+    :math:`q_c=q_0+q_j`).
+
+    Used in: chapter 8."""
+    qc, qj, U, w, eps = block.q0 + block.qj, block.qj, block.U, block.weights, block.eps
     d, m = len(cands), p1.m
     tauf = np.array([float(t) for t in tau])
     dV = np.abs(p1.err_v).sum(axis=0)

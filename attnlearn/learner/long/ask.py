@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..family import LINEAR, Family
 from ..samples import noise_sd
 
 __all__ = ["Context", "ask_V"]
@@ -42,7 +43,7 @@ class Context:
     rng: object
     V: np.ndarray = None
     V_sd: np.ndarray = None
-    bias: bool = False
+    family: Family = LINEAR
     beta: float = 0.0
     beta_sd: float = 0.0
 
@@ -59,7 +60,7 @@ class Context:
         """:math:`V^\\top q` and :math:`V^\\top x` (plus :math:`\\beta` with ``bias``) with their
         standard deviations."""
         x = q - u
-        if self.bias:
+        if self.family.affine:
             return self.end(q) + self.end(x)
         return (self.V @ q, np.sqrt((self.V_sd**2) @ q**2) + 1e-300,
                 self.V @ x, np.sqrt((self.V_sd**2) @ x**2) + 1e-300)
@@ -73,13 +74,13 @@ class Context:
 
 def ask_V(ctx):
     r""":math:`V=\sum_hv_h` from the :math:`d` one-token queries :math:`(e_i)` (a one-token query
-    answers :math:`V^\top x`), with the standard deviation of each entry. With ``ctx.bias`` a
+    answers :math:`V^\top x`), with the standard deviation of each entry. With affine positions (``ctx.family``) a
     one-token query answers :math:`V^\top x+\beta`: one more, the zero token, gives
     :math:`\beta=F(0)`, stored in ``ctx.beta`` (``ctx.V_sd`` is then the noise of the answers
     :math:`F(e_i)`, :meth:`Context.end` combines them)."""
     F = ctx.ask(np.eye(ctx.d)[:, None, :], what="a one-token query")
     sd = noise_sd(F, absolute=ctx.absolute, relative=ctx.relative)
-    if ctx.bias:
+    if ctx.family.affine:
         F0 = ctx.ask(np.zeros((1, 1, ctx.d)), what="a one-token query")
         ctx.beta, ctx.beta_sd = float(F0[0]), float(noise_sd(F0, absolute=ctx.absolute, relative=ctx.relative)[0])
         F = F - ctx.beta

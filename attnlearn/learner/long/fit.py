@@ -53,23 +53,32 @@ def _linear_g(z, G, sd, c):
     return sol[0], sol[1:]
 
 
-def fit_config(z, F, sd, H, *, Vq, Vq_sd, Vx, Vx_sd, c0=None, chi2_ok=None, rng=None, tries=4, prior=PRIOR):
+#: Random starts :func:`fit_config` tries after AAA's when the first fit is a local minimum.
+RANDOM_STARTS = 4
+
+
+def fit_config(z, F, sd, H, *, ends, c0=None, chi2_ok=None, rng=None):
     r"""Fit one configuration, :math:`F\approx C+\sum_h\gamma_h\sigma(c_h-z)`, weighted by ``sd``,
-    with the two ends as pseudo-observations (:math:`C=V^\top q`, :math:`C+\sum\gamma=V^\top x`)
-    and a weak prior :math:`c_h\sim\mathcal N(0,\mathrm{prior}^2)` (a step beyond the window is
+    with the two ends as pseudo-observations (``ends``, ``(Vq, Vq_sd, Vx, Vx_sd)``:
+    :math:`C=V^\top q`, :math:`C+\sum\gamma=V^\top x` and their standard deviations) and a weak
+    prior :math:`c_h\sim\mathcal N(0,\mathrm{PRIOR}^2)` (a step beyond the window is
     then held instead of running off; in the window the data outweigh it by many decades).
 
     Starts from AAA (or ``c0``), then Levenberg–Marquardt (:func:`scipy.optimize.least_squares`,
     ``method="lm"``). When the :math:`\chi^2` exceeds ``chi2_ok`` (a local minimum), more starts
-    are tried: the :math:`H`-subsets of AAA's :math:`H+1` poles, and ``tries`` random sorted
+    are tried: the :math:`H`-subsets of AAA's :math:`H+1` poles, and :data:`RANDOM_STARTS` random sorted
     positions in the middle of the window (from ``rng``); the best fit is kept. Returns
     ``(C, c, g, chi2)`` with heads sorted by ``c``.
+
+    Used in: chapter 5b.
     """
+    Vq, Vq_sd, Vx, Vx_sd = ends
+
     def res(p):
-        return step_residuals(z, F, sd, p[0], p[1:H + 1], p[H + 1:], (Vq, Vq_sd, Vx, Vx_sd), prior=prior)
+        return step_residuals(z, F, sd, p[0], p[1:H + 1], p[H + 1:], (Vq, Vq_sd, Vx, Vx_sd), prior=PRIOR)
 
     def jac(p):
-        return step_jacobian(z, sd, p[1:H + 1], p[H + 1:], ends_sd=(Vq_sd, Vx_sd), prior=prior)
+        return step_jacobian(z, sd, p[1:H + 1], p[H + 1:], ends_sd=(Vq_sd, Vx_sd), prior=PRIOR)
 
     def run(c):
         C, g = _linear_g(z, F, sd, c)
@@ -82,7 +91,7 @@ def fit_config(z, F, sd, H, *, Vq, Vq_sd, Vx, Vx_sd, c0=None, chi2_ok=None, rng=
     if chi2_ok is not None and best[1] > chi2_ok:
         more = [np.sort(c) for c in itertools.combinations(_aaa_start(z, F - Vq, H + 1), H)]
         half = z[-1] * 0.75
-        more += [np.sort(rng.uniform(-half, half, H)) for _ in range(tries)] if rng is not None else []
+        more += [np.sort(rng.uniform(-half, half, H)) for _ in range(RANDOM_STARTS)] if rng is not None else []
         for c in more:
             trial = run(c)
             if np.isfinite(trial[1]) and trial[1] < best[1]:

@@ -81,7 +81,7 @@ def _covariance_diagonal(J):
         return np.where(touched, weights * inv[None, :], 0.0).sum(axis=1)
 
 
-def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None, tol=None):
+def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None):
     r"""Cramér–Rao standard deviations of one configuration with steps at ``c`` of heights ``g``.
 
     Parameters
@@ -92,14 +92,13 @@ def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None, tol=None):
         Query length and ratios per configuration: the grid :func:`~attnlearn.learner.nodes.ratio_grid` ``(L, R)``.
     relative, absolute : float
         The noise model of :func:`~attnlearn.learner.samples.noise_sd` (relative and absolute standard deviation;
-        the float64 rounding of an :math:`L`-token query included).
+        the float64 rounding of an :math:`L`-token query included, at the design's
+        :attr:`LongTolerances.rounding <attnlearn.learner.tolerances.LongTolerances>`).
     C : float
         The constant :math:`C=V^\top q` (the answers' offset).
     level : float, optional
         Evaluate the noise at answers of this size instead of at the curve :math:`F` itself
         (``level=1`` with unit heights: noise at the scale of one step).
-    tol : LongTolerances, optional
-        Its ``rounding`` (default :class:`~attnlearn.learner.tolerances.LongTolerances`).
 
     Returns
     -------
@@ -107,12 +106,11 @@ def step_sd(c, g, *, L, R, relative, absolute=0.0, C=0.0, level=None, tol=None):
 
     Used in: chapter 5b.
     """
-    tol = LongTolerances() if tol is None else tol
     c, g = np.atleast_1d(np.asarray(c, dtype=float)), np.atleast_1d(np.asarray(g, dtype=float))
     _, z = ratio_grid(L, R)
     F = step_curve(z, C, c, g)
     at = F if level is None else np.full_like(F, float(level))
-    sd = noise_sd(at, absolute=absolute, relative=relative, length=L, rounding=tol.rounding)
+    sd = noise_sd(at, absolute=absolute, relative=relative, length=L, rounding=LongTolerances.rounding)
     var = _covariance_diagonal(step_jacobian(z, sd, c, g))
     H = len(c)
     return StepBound(C=float(np.sqrt(var[0])), c=np.sqrt(var[1:H + 1]), g=np.sqrt(var[H + 1:]))
@@ -136,7 +134,7 @@ def spacing_sd(H, spacing, *, L, relative, R=None, tol=None):
     tol = LongTolerances() if tol is None else tol
     R = tol.ratios(H) if R is None else R
     c = spacing * (np.arange(H) - (H - 1) / 2)
-    bound = step_sd(c, np.ones(H), L=L, R=R, relative=relative, level=1.0, tol=tol)
+    bound = step_sd(c, np.ones(H), L=L, R=R, relative=relative, level=1.0)
     return float(np.max(bound.c)), float(np.max(bound.g))
 
 

@@ -31,8 +31,7 @@ def probe_scale(ctx, *, rng):
     for _ in range(tol.probe_configs):
         u, q = _unit(rng, d) * s0, _unit(rng, d) * s0
         F, sd = ctx.config(u, q)
-        Vq, Vq_sd, Vx, Vx_sd = ctx.ends(u, q)
-        _, c, g, _ = fit_config(ctx.z, F, sd, H, Vq=Vq, Vq_sd=Vq_sd, Vx=Vx, Vx_sd=Vx_sd)
+        _, c, g, _ = fit_config(ctx.z, F, sd, H, ends=ctx.ends(u, q))
         seen.extend(c[np.abs(g) > 1e-3 * np.max(np.abs(g))])
     rms = np.sqrt(np.mean(np.square(seen))) if seen else 0.0
     factor = np.clip(tol.spread / max(rms, 1e-12), *tol.scale_clip)
@@ -80,7 +79,7 @@ def coarse_pass(ctx, u, scale, *, rng):
         q = q0 + eta * w
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=c_anchor,
+        single = fit_config(ctx.z, F, sd, H, ends=e, c0=c_anchor,
                             chi2_ok=chi2_ok, rng=rng)
         rows, cols = linear_sum_assignment(np.abs(single[1][:, None] - c_anchor[None, :]))
         p = np.empty(H, int)
@@ -127,7 +126,7 @@ def _anchor(ctx, u, scale, *, rng):
         q = _unit(rng, d) * scale
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        C, c, g, chi2 = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], chi2_ok=chi2_ok,
+        C, c, g, chi2 = fit_config(ctx.z, F, sd, H, ends=e, chi2_ok=chi2_ok,
                                    rng=rng)
         chi2s.append(chi2)
         if not chi2 <= chi2_ok:
@@ -141,13 +140,13 @@ def _anchor(ctx, u, scale, *, rng):
             f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
             "or the steps are beyond the window")
     _, q, c, g, seen = best
-    origin = _origin(ctx, u, g, (*seen, c)) if ctx.bias else np.zeros(H)  # the steps at q = 0: -kappa_h
+    origin = _origin(ctx, u, g, (*seen, c)) if ctx.family.affine else np.zeros(H)  # the steps at q = 0: -kappa_h
     alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)), 1e-12), *tol.stretch_clip))
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
     e = ctx.ends(u, q0)
-    pred = np.sort(alpha * (c - origin) + origin) if ctx.bias else alpha * c
-    single = fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3], c0=pred, chi2_ok=chi2_ok,
+    pred = np.sort(alpha * (c - origin) + origin) if ctx.family.affine else alpha * c
+    single = fit_config(ctx.z, F, sd, H, ends=e, c0=pred, chi2_ok=chi2_ok,
                         rng=rng)
     gap = np.min(np.diff(pred)) if H > 1 else np.inf
     if not (single[3] <= chi2_ok and np.max(np.abs(single[1] - pred)) <= 0.5 * min(gap, 2.0)):
@@ -155,7 +154,7 @@ def _anchor(ctx, u, scale, *, rng):
             "a group's anchor configuration, stretched, does not show its steps where the stretch puts them "
             f"(chi2 per degree of freedom {single[3] / _dof(ctx, H):.3g}): its heads cannot be told apart at "
             "this output error")
-    reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.bias else np.sqrt(np.mean(single[1] ** 2))
+    reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.family.affine else np.sqrt(np.mean(single[1] ** 2))
     return q0, F, sd, e, single, reach
 
 
@@ -204,7 +203,7 @@ def _origin_starts(ctx, F, sd, ends):
     yield np.zeros(H)
     grid = np.arange(H) - (H - 1) / 2
     yield from (np.array(p) for p in itertools.islice(itertools.permutations(grid), tol.max_permutations))
-    free = fit_config(ctx.z, F, sd, H, Vq=ends[0][0], Vq_sd=ends[1][0], Vx=ends[2][0], Vx_sd=ends[3][0],
+    free = fit_config(ctx.z, F, sd, H, ends=tuple(x[0] for x in ends),
                       chi2_ok=tol.chi2_factor * _dof(ctx, H), rng=ctx.rng)[1]
     yield from (np.array(p) for p in itertools.islice(itertools.permutations(free), tol.max_permutations))
     half = 1.5 * ctx.z[-1]
@@ -227,7 +226,7 @@ def random_pass(ctx, u, scale, *, rng):
     for q in Q:
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        singles.append(fit_config(ctx.z, F, sd, H, Vq=e[0], Vq_sd=e[1], Vx=e[2], Vx_sd=e[3],
+        singles.append(fit_config(ctx.z, F, sd, H, ends=e,
                                   chi2_ok=ctx.tol.chi2_factor * _dof(ctx, H), rng=rng))
         Fs.append(F)
         sds.append(sd)
@@ -359,7 +358,7 @@ def placed_pass(ctx, u, Y, scale, *, rng):
     for _ in range(m):
         if H < d:
             t = tol.spacing * (rng.permutation(H) - (H - 1) / 2) + rng.uniform(-1, 1)
-            if ctx.bias:
+            if ctx.family.affine:
                 qt = -pinv @ (t + kappa)
                 for _ in range(tol.placed_halvings):
                     if np.linalg.norm(qt) <= tol.placed_cap * scale:

@@ -10,7 +10,7 @@ from ...canonical import canonical
 from ...errors import IllConditionedError
 from ...layer import AttentionLayer
 from ...model import MultiHeadAttention
-from ..finish import finish
+from ..finish import Ending, finish
 from ..nodes import ratio_grid
 from ..results import Diagnostics
 from ..tolerances import LongTolerances
@@ -36,7 +36,7 @@ def _passes(ctx, u, scale, rng):
     tol = ctx.tol
     first = coarse_pass if ctx.H >= tol.anchored_heads else random_pass
     Q1, F1, sd1, e1, fit1 = first(ctx, u, scale, rng=rng)
-    Y1, _, _ = regress_y(Q1, fit1, tol=tol, intercept=ctx.bias)
+    Y1, _, _ = regress_y(Q1, fit1, tol=tol, intercept=ctx.family.affine)
     Q2, F2, sd2, e2, pred = placed_pass(ctx, u, Y1, scale, rng=rng)
     Q = np.vstack([Q1, Q2])
     F, sd = np.vstack([F1, F2]), np.vstack([sd1, sd2])
@@ -45,7 +45,7 @@ def _passes(ctx, u, scale, rng):
     c0 = np.vstack([fit1.c, pred])
     fit = _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)
     fit = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, fit))
-    Y, covY, used = regress_y(Q, fit, tol=tol, intercept=ctx.bias)
+    Y, covY, used = regress_y(Q, fit, tol=tol, intercept=ctx.family.affine)
     return {"g": fit.g, "g_sd": fit.g_sd, "Y": Y, "covY": covY, "reduced": fit.reduced,
             "used": int(used.sum()), "configs": len(Q)}
 
@@ -123,17 +123,17 @@ def learn_long(ask, opt, tol):
     b, z = ratio_grid(L, lt.ratios(H))
     absolute = 0.0 if opt.output_error is None else float(opt.output_error)
     ctx = Context(ask=ask, d=d, H=H, L=L, b=b, z=z, absolute=absolute, relative=float(opt.relative_error or 0.0),
-               tol=lt, rng=rng, bias=opt.bias)
+               tol=lt, rng=rng, family=opt.family)
     start = ask.queries
     ctx.V, ctx.V_sd = ask_V(ctx)
     scale = probe_scale(ctx, rng=rng)
     U, groups, redrawn, redraw_queries = draw_groups(ctx, scale, rng=rng)
     perms, margins = link_groups(ctx, U, groups, scale, rng=rng)
     W, v, Uinv = solve_heads(U, groups, perms)
-    estimate = estimate_error(W, v, Uinv, groups, perms, tol=lt, beta=ctx.beta if ctx.bias else None,
+    estimate = estimate_error(W, v, Uinv, groups, perms, tol=lt, beta=ctx.beta if ctx.family.affine else None,
                               beta_sd=ctx.beta_sd)
     check_V(v, ctx.V, estimate)
-    model = (AttentionLayer(W[:, :, :d], v, c=W[:, :, d], b=np.asarray(ctx.beta)) if ctx.bias
+    model = (AttentionLayer(W[:, :, :d], v, c=W[:, :, d], b=np.asarray(ctx.beta)) if ctx.family.affine
              else canonical(MultiHeadAttention(W, v)))
     queries = {"design": ask.queries - start - redraw_queries, "constants": 0, "redraws": redraw_queries,
                "holdout": 0}
@@ -143,6 +143,6 @@ def learn_long(ask, opt, tol):
                        interp_residual=np.array([g["reduced"] for g in groups]),
                        condition=np.array([np.linalg.cond(U)] * d), scale={"factor": scale, "probe_max_abs_ell": None},
                        V=ctx.V, redrawn=redrawn, redrawn_blocks=[], link_margin=margins[1:] if d > 1 else None)
-    return finish(ask, model, queries, diag, max_length=L, eps_out=eps_out, estimate=estimate,
-                  holdout=opt.holdout, rng=rng, f=scale**2, tol=tol, holdout_length=lt.holdout_length,
-                  verified=opt.holdout > 0)
+    ending = Ending(model, queries, diag, estimate=estimate, eps_out=eps_out, f=scale**2, max_length=L,
+                    holdout_length=lt.holdout_length)
+    return finish(ask, ending, opt=opt, rng=rng, tol=tol)

@@ -91,7 +91,7 @@ def link_groups(ctx, U, groups, scale, *, rng):
             F, sd = ctx.config(u, q)
             Vq = ctx.ends(u, q)[0]
             heights = g1[None, :] + gk[all_perms]  # (P, H)
-            qb = np.append(q, 1.0) if ctx.bias else q  # with biases a row of Y is (y, kappa)
+            qb = ctx.family.row(q)  # with affine positions a row of Y is (y, kappa)
             pos = -(Y1 @ qb)[None, :] - (Yk @ qb)[all_perms]  # (P, H)
             pred = Vq + np.einsum("prh,ph->pr", expit(pos[:, None, :] - ctx.z[None, :, None]), heights)
             chi += np.sum(((pred - F[None, :]) / sd[None, :]) ** 2, axis=1)

@@ -31,12 +31,14 @@ and the constant by :math:`V^\top q+\beta`. What changes in chapter 4's design:
   does not. The crosses' final token is the midpoint and the matching predicts half the sum
   (:attr:`~.design.ConfigTable.mid`); their constant is :math:`(c_1+c_k)/2`.
 
-So the count is :math:`2n\big(2d^2-1+2d\big)+1=4nd^2+4nd-2n+1` (:func:`bias_budget`): the
+So the count is :math:`2n\big(2d^2-1+2d\big)+1=4nd^2+4nd-2n+1` (:func:`~attnlearn.learner.cost.bias_budget`): the
 paper's plus the extra block's :math:`d` base, :math:`d-1` link and one cross configuration,
 longest query :math:`2n+1`; robust mode asks :math:`d` block constants (one more).
 
 Used in: chapter 7 (biased layers: the derivation, the count, exact and float64 recoveries).
 """
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,24 +46,33 @@ from ..._arith import norm, solve, to_float, to_mp
 from ...canonical import matched_error
 from ...errors import IllConditionedError, NotIdentifiableError
 from ...layer import AttentionLayer
-from .constants import solve_V_biased  # noqa: F401 (re-exported: the constants stage of bias=True)
 from .labelling import label_crosses, label_links
 from .solves import solve_blocks, solve_v
 from .stages import finish_design, fit_design
 from ..tolerances import Tolerances
-from ..cost import bias_budget
 
 #: Smallest denominator of a relative error (the Tolerances' ``tiny``; the same in every mode).
 _TINY = Tolerances.for_mode(exact=False).tiny
 
-__all__ = ["bias_budget", "solve_V_biased", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
+__all__ = ["AffineHeads", "affine_heads", "biased_layer", "bias_error", "learn_biased"]
+
+
+@dataclass
+class AffineHeads:
+    r"""The heads' affine maps :math:`[W_h\;c_h]`: ``W`` (H, d, d), ``c`` (H, d) and ``err``
+    (H, d, d + 1), the entrywise first-order bounds on :math:`[W_h\;c_h]`.
+
+    Used in: chapter 7."""
+
+    W: np.ndarray
+    c: np.ndarray
+    err: np.ndarray
 
 
 def affine_heads(design, blocks, crosses):
     r""":math:`[W_h\;c_h]=[\tilde w_{h,1}\cdots\tilde w_{h,d+1}]\,\hat Q^{-1}`, :math:`\hat Q=
     \begin{bmatrix}Q\\ \mathbf 1^\top\end{bmatrix}` (block k's heads relabelled by the crosses).
-    Returns ``(W (H, d, d), c (H, d), err (H, d, d + 1))``, ``err`` the entrywise first-order
-    bound :math:`|d\tilde w|\,|\hat Q^{-1}|`.
+    Returns the :class:`AffineHeads`, ``err`` the entrywise first-order bound :math:`|d\tilde w|\,|\hat Q^{-1}|`.
 
     Parameters
     ----------
@@ -75,9 +86,7 @@ def affine_heads(design, blocks, crosses):
 
     Returns
     -------
-    W : array (H, d, d)
-    c : array (H, d)
-    err : array (H, d, d + 1)
+    AffineHeads
 
     Used in: chapter 7."""
     B, H = design.table.B, crosses.perm.shape[1]
@@ -94,10 +103,10 @@ def affine_heads(design, blocks, crosses):
         Qh = to_mp(Qh)
     Wc = np.stack([solve(Qh.T, cols[h].T).T for h in range(H)])  # (H, d, d + 1)
     err = ecols @ np.abs(np.linalg.inv(to_float(Qh)))
-    return Wc[:, :, :d], Wc[:, :, d], err
+    return AffineHeads(Wc[:, :, :d], Wc[:, :, d], err)
 
 
-def biased_layer(W, c, v, err, err_v, c1, q1, *, eps_out, tol):
+def biased_layer(heads, v, err_v, c1, q1, *, eps_out, tol):
     r"""The recovered layer :math:`\{(W_h,c_h,v_h)\},\beta` and its error estimate.
 
     :math:`\beta=c_1-V^\top q_1` with :math:`V=\sum_hv_h`; its bound
@@ -106,14 +115,11 @@ def biased_layer(W, c, v, err, err_v, c1, q1, *, eps_out, tol):
 
     Parameters
     ----------
-    W : array (H, d, d)
-        The heads' :math:`W_h`.
-    c : array (H, d)
-        Their score biases :math:`c_h`.
+    heads : AffineHeads
+        The heads' :math:`W_h`, their score biases :math:`c_h` and the first-order bounds on
+        :math:`[W_h\;c_h]` (:func:`affine_heads`).
     v : array (H, d)
         Their :math:`v_h`.
-    err : array (H, d, d + 1)
-        First-order bounds on :math:`[W_h\;c_h]` (:func:`affine_heads`).
     err_v : array (H, d)
         First-order bounds on :math:`v_h`.
     c1 : number
@@ -136,6 +142,7 @@ def biased_layer(W, c, v, err, err_v, c1, q1, *, eps_out, tol):
         A head recovered with :math:`v=0`.
 
     Used in: chapter 7."""
+    W, c, err = heads.W, heads.c, heads.err
     H = len(W)
     for h in range(H):
         if norm(v[h]) == 0:
@@ -218,7 +225,7 @@ def learn_biased(oracle, opt, tol):
     ----------
     oracle : Access
         The checked, counted oracle access (:class:`attnlearn.protocol.Access`).
-    opt : Options
+    opt : PaperOptions
         ``learn``'s validated options (:func:`..options.build_options`).
     tol : Tolerances
         The mode's tolerances (:meth:`.tolerances.Tolerances.for_mode`).
@@ -233,7 +240,7 @@ def learn_biased(oracle, opt, tol):
         As :func:`attnlearn.learn` (a fit, a matching, a check or the held-out queries fail).
 
     Used in: chapter 7."""
-    fitted = fit_design(oracle, opt, tol)  # opt.bias: d + 1 blocks, V from the residues
+    fitted = fit_design(oracle, opt, tol)  # affine positions: d + 1 blocks, V from the residues
     design, state, H, diag, errors, c1 = (fitted.design, fitted.state, fitted.H, fitted.diagnostics, fitted.errors,
                                           fitted.c1)
     d, pre = opt.d, fitted.pre
@@ -244,16 +251,16 @@ def learn_biased(oracle, opt, tol):
                 f"every configuration is within the output error ({errors.output:.1e}) of a constant: with noisy "
                 "outputs no canonical head can be certified, nor their absence")
         dt = object if tol.exact else float
-        model, estimate = biased_layer(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt),
-                                       np.zeros((0, d), dtype=dt), np.zeros((0, d, d + 1)), np.zeros((0, d)),
+        none = AffineHeads(np.zeros((0, d, d), dtype=dt), np.zeros((0, d), dtype=dt), np.zeros((0, d, d + 1)))
+        model, estimate = biased_layer(none, np.zeros((0, d), dtype=dt), np.zeros((0, d)),
                                        c1, design.q[0], eps_out=errors.output, tol=tol)
     else:
         eq, links = label_links(state, design.table, design.labels, tol=tol,
                                 pre_links=None if pre is None else pre.links)
         blocks = solve_blocks(design, eq, tol=tol)
         crosses = label_crosses(state, design, blocks, tol=tol)
-        W, c, err = affine_heads(design, blocks, crosses)
+        heads = affine_heads(design, blocks, crosses)
         v, err_v = solve_v(design, eq, crosses.perm, state, crosses.matching.observed, tol=tol)
-        model, estimate = biased_layer(W, c, v, err, err_v, c1, design.q[0], eps_out=errors.output, tol=tol)
+        model, estimate = biased_layer(heads, v, err_v, c1, design.q[0], eps_out=errors.output, tol=tol)
         diag.record_matchings(link=links, cross=crosses.matching)
     return finish_design(oracle, fitted, model, estimate, opt=opt, tol=tol)

@@ -110,11 +110,11 @@ def set_constants(state, design, cq, *, asked, Verr, eps_out):
     is_cross = kind == "cross"
     state.const[other] = cq[blk[other]]
     state.const[is_cross] = state.const[is_cross] + cq[0]  # final token q_1 + q_k
-    if table.mid != 1:  # score biases: final token (q_1 + q_k) / 2, constant (c_1 + c_k) / 2
-        state.const[is_cross] = state.const[is_cross] * table.mid
+    # affine positions: final token (q_1 + q_k) / 2, constant (c_1 + c_k) / 2
+    state.const[is_cross] = table.family.midpoint(state.const[is_cross])
     if asked:
         state.const_err[other] = np.where(is_cross[other], 2 * table.mid * eps_out, eps_out)
-    elif table.mid != 1:  # c_1 + V^T (q - q_1): the shared query's error and V's
+    elif table.family.affine:  # c_1 + V^T (q - q_1): the shared query's error and V's
         state.const_err[other] = eps_out + np.abs(to_float(design.qtok - design.q[0])).sum(axis=1)[qi[other]] * Verr
     else:
         state.const_err[other] = np.abs(to_float(design.qtok)).sum(axis=1)[qi[other]] * Verr
@@ -217,9 +217,8 @@ def _apply_constants(state, table, c, bound, *, eps_out, tol):
     ic = table.cross(ks + 1)
     state.const[ic] = state.const[table.base(0, 0)] + np.asarray(c)[ks]
     state.const_err[ic] = eps_out + tol.calibration_margin * np.asarray(bound)[ks]
-    if table.mid != 1:  # midpoint crosses (score biases)
-        state.const[ic] = state.const[ic] * table.mid
-        state.const_err[ic] = state.const_err[ic] * table.mid
+    state.const[ic] = table.family.midpoint(state.const[ic])  # midpoint crosses (affine positions)
+    state.const_err[ic] = table.family.midpoint(state.const_err[ic])
 
 
 def calibrate_constants(nodes, state, table, *, H, eps_out, tol, method):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._arith import to_float, to_mp
+from ..family import LINEAR, family_of
 from ..nodes import Nodes
 from ..nodes import node_pairs
 from ..nodes import unit_rows
@@ -54,13 +55,14 @@ class Directions:
     cross: np.ndarray
 
 
-def draw_directions(rng, d, *, bias=False):
-    """Draw every direction of the design from ``rng`` (in this order: q, base, cross); with
-    ``bias`` (one more block, chapter 7) the extra block's q, base and cross are drawn after them."""
+def draw_directions(rng, d, *, family=LINEAR):
+    """Draw every direction of the design from ``rng`` (in this order: q, base, cross); for the
+    affine ``family`` (:class:`~attnlearn.learner.family.Family`: one more block, chapter 7) the
+    extra block's q, base and cross are drawn after them."""
     q = unit_rows(rng, d, d)
     base = unit_rows(rng, d * d, d).reshape(d, d, d)
     cross = unit_rows(rng, max(d - 1, 0), d)
-    if bias:
+    for _ in range(family.extra):  # the extra block of affine positions
         q, base, cross = (np.concatenate([q, unit_rows(rng, 1, d)]),
                           np.concatenate([base, unit_rows(rng, d, d)[None]]),
                           np.concatenate([cross, unit_rows(rng, 1, d)]))
@@ -95,13 +97,14 @@ class ConfigTable:
     then link (k, j) for j = 1..d-1 at ``k(2d-1)+d+j-1``; then cross k (k = 1..B-1) at
     ``B(2d-1)+k-1``. ``table[kind, k, j]`` is a position; ``kind``, ``blk``, ``jj`` hold
     every row's kind, block and j (0 for crosses), ``qidx`` its final token's row in
-    ``[Q^T; mid (q_1 + q_k)]``. With ``bias`` (score biases, :mod:`~.bias`) there are
-    :math:`B=d+1` blocks and the crosses' final tokens are midpoints, ``mid`` = 1/2 (else 1)."""
+    ``[Q^T; mid (q_1 + q_k)]``. For the affine ``family`` (score biases, :mod:`~.bias`) there are
+    :math:`B=d+1` blocks and the crosses' final tokens are midpoints, ``mid`` = 1/2 (else 1;
+    :class:`~attnlearn.learner.family.Family`)."""
 
-    def __init__(self, d, *, bias=False):
+    def __init__(self, d, *, family=LINEAR):
         self.d = d
-        self.B = B = d + 1 if bias else d
-        self.mid = 0.5 if bias else 1
+        self.B = B = family.blocks(d)
+        self.mid = family.mid
         self.per_block = pb = 2 * d - 1
         self.kind = np.array(["base", "link", "cross"])[
             np.r_[np.tile(np.r_[np.zeros(d, int), np.ones(d - 1, int)], B), np.full(B - 1, 2)]]
@@ -109,6 +112,12 @@ class ConfigTable:
         self.jj = np.concatenate([np.tile(np.r_[np.arange(d), np.arange(1, d)], B), np.zeros(B - 1, dtype=int)])
         self.C = B * pb + B - 1
         self.qidx = np.where(self.kind == "cross", B + self.blk - 1, self.blk)
+
+    @property
+    def family(self):
+        """The design's :class:`~attnlearn.learner.family.Family` (its extra block says which: the
+        table keeps only its block count and ``mid``). Used in: chapters 4 and 7."""
+        return family_of(self.B > self.d)
 
     def __len__(self):
         return self.C
@@ -216,18 +225,17 @@ class Design:
         return self.table.qidx
 
 
-def build_design(directions, q1, u11, f, *, exact, bias=False):
+def build_design(directions, q1, u11, f, *, exact, family=LINEAR):
     r"""Scale the directions by ``f`` around the probe's :math:`q_1` and :math:`u_{1,1}` (kept
-    as asked) and lay out every configuration of chapter 4's design (with ``bias``: the extra block
-    and midpoint crosses, :mod:`~.bias`)."""
+    as asked) and lay out every configuration of chapter 4's design (for the affine ``family``:
+    the extra block and midpoint crosses, :mod:`~.bias`)."""
     conv = to_mp if exact else (lambda a: np.asarray(a, dtype=float))
     d = directions.base.shape[1]
-    table = ConfigTable(d, bias=bias)
+    table = ConfigTable(d, family=family)
     B = table.B
     q = [q1] + [conv(scale_q(directions.q[k], f)) for k in range(1, B)]
     qsum = np.stack(q[1:]) + q[0] if B > 1 else np.zeros((0, d))  # final tokens q_1 + q_k of the crosses
-    if bias:
-        qsum = qsum * table.mid  # midpoints (exact in binary arithmetic)
+    qsum = family.midpoint(qsum)  # midpoints with affine positions (exact in binary arithmetic)
     cross_u = conv(scale_cross_u(directions.cross, qsum, f))
     u = np.empty((table.C, d), dtype=object if exact else float)
     blocks = u[: B * table.per_block].reshape(B, table.per_block, d)

@@ -142,9 +142,9 @@ def label_crosses(state, design, blocks, *, tol):
     a1 = np.abs(to_float(ucr)).sum(axis=1)[:, None, None]
     pe = np.zeros((B - 1, H, H, 2))
     pe[..., 0] = a1 * (ew[0].max(axis=1)[None, :, None] + ew[1:].max(axis=2)[:, None, :])
-    if table.mid != 1:  # midpoint crosses (score biases): ell = u^T (w_{a,1} + w_{b,k}) / 2
-        P[..., 0] = P[..., 0] * table.mid
-        pe[..., 0] = pe[..., 0] * table.mid
+    # midpoint crosses (affine positions): ell = u^T (w_{a,1} + w_{b,k}) / 2
+    P[..., 0] = table.family.midpoint(P[..., 0])
+    pe[..., 0] = table.family.midpoint(pe[..., 0])
     pe[..., 1] = a1 * ev1.max(axis=1)[None, :, None]
     O = np.stack([state.ell[cr], state.gamma[cr]], axis=2)
     sc = scales(O, tol=tol)

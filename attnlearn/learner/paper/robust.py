@@ -58,9 +58,7 @@ def _block_constants(table, cq, idx):
     """The constant of each configuration's final token: c_k, or c_1 + c_k for a cross
     (:math:`(c_1+c_k)/2` for the midpoint crosses of score biases, ``table.mid``)."""
     c = cq[table.blk[idx]] + np.where(table.kind[idx] == "cross", cq[0], 0.0)
-    if table.mid != 1:
-        c = np.where(table.kind[idx] == "cross", c * table.mid, c)
-    return c
+    return np.where(table.kind[idx] == "cross", table.family.midpoint(c), c)
 
 
 def _refit(st, F, nodes, H, *, method, tol):
@@ -117,7 +115,7 @@ def _redraw_blocks(design, cq, bad_blocks, *, rng, ask):
         design.U[k] = scale_u(unit_rows(rng, d, d), k, f)
         design.qtok[k] = q[k]
         i = table.cross(k)
-        design.qtok[design.qidx[i]] = (q[0] + q[k]) * table.mid if table.mid != 1 else q[0] + q[k]
+        design.qtok[design.qidx[i]] = table.family.midpoint(q[0] + q[k])
         design.u[i] = scale_cross_u(unit_rows(rng, 1, d)[0], design.qtok[design.qidx[i]], f)
         affected += [table.block_rows()[k], [i]]
     return affected, len(bad_blocks)
@@ -158,7 +156,7 @@ def _ask_again(st, design, F, nodes, cq, *, ask):
     st.names.append(redo)
 
 
-def redraw(design, F, cq, nodes, *, H, rng, ask, method, eps_in, rounds, tol):
+def redraw(asked, cq, nodes, *, ask, rng, opt, eps_in, tol):
     r"""Robust mode: replace ill-conditioned configurations by fresh random ones (extra queries).
 
     A configuration is ill-conditioned when its fit fails (non-real or non-positive pole)
@@ -168,10 +166,14 @@ def redraw(design, F, cq, nodes, *, H, rng, ask, method, eps_in, rounds, tol):
     changes the whole block's links; a cross configuration is redrawn alone. When the median
     of a block :math:`k\ge2` is itself ill-conditioned, the whole block is redrawn
     (:func:`_redraw_blocks`). A link whose matching is ambiguous or fails (the test of the
-    learner, with the sample error ``eps_in``) has its ``u_{k,j}`` redrawn. ``design``, the
-    samples ``F`` and the block constants ``cq`` are updated in place. The last round
-    replaces only failed fits and unmatched links (a fresh draw can be bad too, and no round
-    follows to replace it).
+    learner, with the sample error ``eps_in``) has its ``u_{k,j}`` redrawn. The design
+    ``asked.design``, the samples ``asked.state.F`` and the block constants ``cq`` are updated
+    in place (``asked``: stage 1's :class:`~.stages.AskedDesign`, its probe's ``H`` heads). The
+    last round replaces only failed fits and unmatched links (a fresh draw can be bad too, and no
+    round follows to replace it). ``opt``: ``learn``'s options (``opt.method``, and
+    ``opt.redraw_rounds`` rounds at most).
+
+    Used in: chapters 4, 5 and 7 (``learn(robust=True)``).
 
     Returns
     -------
@@ -180,8 +182,10 @@ def redraw(design, F, cq, nodes, *, H, rng, ask, method, eps_in, rounds, tol):
     Raises
     ------
     IllConditionedError
-        Some configuration has no well-posed fit after ``rounds`` rounds.
+        Some configuration has no well-posed fit after ``opt.redraw_rounds`` rounds.
     """
+    design, F, H = asked.design, asked.state.F, asked.probe.H
+    method, rounds = opt.method, opt.redraw_rounds
     table = design.table
     d = table.d
     st = _Round(np.arange(len(table)), _block_constants(table, cq, np.arange(len(table))))

@@ -93,8 +93,8 @@ class Probe:
     queries: int
 
 
-def find_scale(ask, q1, u11, nodes, *, n, heads_given, spread, rng, tol, output_error, method, search):
-    r"""Ask the shared query and the probe; with ``search``, re-probe at larger scales while the
+def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
+    r"""Ask the shared query and the probe; with ``scale="search"``, re-probe at larger scales while the
     probe's fit fails and allow a wide factor (module docstring). Returns the :class:`Probe`.
 
     Parameters
@@ -105,22 +105,17 @@ def find_scale(ask, q1, u11, nodes, *, n, heads_given, spread, rng, tol, output_
         The first probe's final token and direction (unit scale).
     nodes : Nodes
         The sample points :math:`t` of a configuration (:func:`.design.node_pairs`).
-    n : int, keyword-only
-        The number of heads the design serves (``heads`` or ``max_heads``).
-    heads_given : bool, keyword-only
-        True when ``heads=n`` was given: a probe finding fewer heads counts as crowded.
-    spread : float, keyword-only
-        The wanted :math:`\max_h|\ell_h|` of a configuration (``learn(spread=...)``).
+    opt : PaperOptions, keyword-only
+        ``learn``'s options: ``opt.n``, the number of heads the design serves (``heads`` or
+        ``max_heads``); ``opt.heads_given``, True when ``heads=n`` was given (a probe finding
+        fewer heads counts as crowded); ``opt.spread``, the wanted :math:`\max_h|\ell_h|` of a
+        configuration; ``opt.output_error``, the stated output error, for the probe's fit;
+        ``opt.method``, the rational fit's method; ``opt.scale``: with ``"search"`` re-probe and
+        allow the wide factor, else the clipped rule.
     rng : numpy.random.Generator, keyword-only
         Draws the fresh :math:`q_1`, :math:`u` of the re-probes.
     tol : Tolerances, keyword-only
         ``scale_clip``, ``scale_wide``, ``scale_step``, ``scale_rounds``, ``scale_max``.
-    output_error : float or None, keyword-only
-        The stated output error (``learn(output_error=...)``), for the probe's fit.
-    method : {"linearised", "loewner"}, keyword-only
-        The rational fit's method (``learn(method=...)``).
-    search : bool, keyword-only
-        ``scale="search"``: re-probe and allow the wide factor; else the clipped rule.
 
     Returns
     -------
@@ -133,11 +128,12 @@ def find_scale(ask, q1, u11, nodes, *, n, heads_given, spread, rng, tol, output_
 
     Used in: chapter 4 (``scale="probe"``, every run) and chapter 7 (``scale="search"``).
     """
+    n, heads_given, search = opt.n, opt.heads_given, opt.scale == "search"
     c1, F11 = ask_probe(ask, q1, u11, nodes)
     s, scales, extra = 1.0, [1.0], 0
     while True:
         try:
-            H, ell = fit_probe(nodes, F11, c1, n, tol=tol, output_error=output_error, method=method)
+            H, ell = fit_probe(nodes, F11, c1, n, tol=tol, output_error=opt.output_error, method=opt.method)
             failure = None
         except RecoveryError as exc:
             failure = exc
@@ -152,6 +148,6 @@ def find_scale(ask, q1, u11, nodes, *, n, heads_given, spread, rng, tol, output_
     if failure is not None:
         raise failure
     top = tol.scale_wide if search and H >= 2 else tol.scale_clip[1]
-    f = s * spread / ell if ell > 0 else s
+    f = s * opt.spread / ell if ell > 0 else s
     f = float(np.clip(f, tol.scale_clip[0], top * s))
     return Probe(c1, q1, F11, u11, H, ell, f, scales, extra)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..._arith import to_mp
 from ..asking import ask_constants, ask_design
-from ..finish import finish
+from ..finish import Ending, finish
 from .checks import check_fits
 from .constants import fit_calibrated, set_constants, solve_V, solve_V_biased
 from ..nodes import node_pairs
@@ -91,13 +91,13 @@ class FittedDesign:
 
 def fit_design(oracle, opt, tol):
     r"""Stages 1-4 of the paper's design (module docstring) for ``learn``'s options ``opt``
-    (``opt.bias``: the biased design of :mod:`.bias`).
+    (``opt.family`` affine: the biased design of :mod:`.bias`).
 
     Parameters
     ----------
     oracle : Access
         The checked, counted oracle access (:class:`attnlearn.protocol.Access`).
-    opt : Options
+    opt : PaperOptions
         ``learn``'s validated options (:func:`..options.build_options`).
     tol : Tolerances
         The mode's tolerances (:meth:`.tolerances.Tolerances.for_mode`).
@@ -133,10 +133,9 @@ def finish_design(oracle, fitted, model, estimate, *, opt, tol):
     queries, the estimate's check, the :class:`~.results.Recovery`) with what ``fitted`` knows.
 
     Used in: chapters 4 and 7 (through ``learn``)."""
-    return finish(oracle, model, fitted.queries, fitted.diagnostics, max_length=fitted.nodes.max_length,
-                  eps_out=fitted.errors.output, stated=fitted.errors.stated, estimate=estimate,
-                  holdout=opt.holdout - fitted.queries["holdout"], rng=fitted.rng, f=fitted.design.f, tol=tol,
-                  verified=opt.holdout > 0)
+    ending = Ending(model, fitted.queries, fitted.diagnostics, estimate=estimate, eps_out=fitted.errors.output,
+                    f=fitted.design.f, max_length=fitted.nodes.max_length, stated=fitted.errors.stated)
+    return finish(oracle, ending, opt=opt, rng=fitted.rng, tol=tol)
 
 
 @dataclass
@@ -155,12 +154,11 @@ def ask_scaled_design(oracle, opt, tol, *, rng, nodes):
     (:func:`.scale.find_scale`), then every configuration of the design is asked.
     Returns an :class:`AskedDesign`. Used in: chapters 4 and 7 (through ``learn``)."""
     start = oracle.queries
-    dirs = draw_directions(rng, opt.d, bias=opt.bias)
+    dirs = draw_directions(rng, opt.d, family=opt.family)
     conv = to_mp if tol.exact else (lambda a: np.asarray(a, dtype=float))
     q1, u11 = conv(dirs.q[0]), conv(dirs.base[0, 0])
-    probe = find_scale(oracle, q1, u11, nodes, n=opt.n, heads_given=opt.heads_given, spread=opt.spread, rng=rng,
-                       tol=tol, output_error=opt.output_error, method=opt.method, search=opt.scale == "search")
-    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact, bias=opt.bias)
+    probe = find_scale(oracle, q1, u11, nodes, opt=opt, rng=rng, tol=tol)
+    design = build_design(dirs, probe.q1, probe.u11, probe.f, exact=tol.exact, family=opt.family)
     state = ConfigState.start(ask_design(oracle, design, probe.F11, nodes))
     queries = {"design": oracle.queries - start - probe.queries, "constants": 0, "redraws": 0, "holdout": 0}
     if probe.queries:  # re-probes of the scale search (attnlearn.learner.scale), beyond the paper's count
@@ -181,8 +179,7 @@ def ask_robust_constants(oracle, opt, tol, asked, *, rng, nodes):
     if H == 0:
         return cq, None
     eps_in = 2 * sample_errors(asked.state.F, opt.output_error, tol).output  # the sample's and the constant's
-    pre = redraw(asked.design, asked.state.F, cq, nodes, H=H, rng=rng, ask=oracle, method=opt.method, eps_in=eps_in,
-                 rounds=opt.redraw_rounds, tol=tol)
+    pre = redraw(asked, cq, nodes, ask=oracle, rng=rng, opt=opt, eps_in=eps_in, tol=tol)
     asked.queries["redraws"] = pre.queries
     return cq, pre
 
@@ -198,7 +195,7 @@ def fit_with_constants(opt, tol, asked, cq, pre, *, nodes):
     idx1, rest = state.split_block_one(design.table, c1, errors.output)
     spec, pre_fits = FitSpec(H, errors, opt.method), None if pre is None else pre.fits
     fit1 = fit_block_one(nodes, state.F, c1, idx1, design.labels, spec=spec, pre=pre_fits)
-    if opt.bias:  # V from block 1's residues (F(0) carries the offset); constants c_1 + V^T (q_k - q_1)
+    if opt.family.affine:  # V from block 1's residues (F(0) carries the offset); constants c_1 + V^T (q_k - q_1)
         V = solve_V_biased(design, fit1, idx1, H=H, eps_out=errors.output)
         if cq is None:
             cq = np.array([c1] + [c1 + (design.q[k] - design.q[0]).dot(V.V) for k in range(1, design.table.B)],
