@@ -90,6 +90,10 @@ class QueryLog:
         """The number of batches recorded so far (for :meth:`batches`' ``start``)."""
         return len(self._entries)
 
+    def truncate(self, mark):
+        """Forget the batches recorded from ``mark`` on (a probe at a scale the design abandons)."""
+        del self._entries[mark:]
+
     def answers(self, start=0):
         """Number of answers recorded from batch ``start`` on."""
         return sum(len(y) for _, y in self._entries[start:])

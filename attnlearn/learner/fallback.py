@@ -20,7 +20,8 @@ def with_fallback(pipeline):
     ``queries["abandoned"]`` (in the total) and why as ``diagnostics.fallback``. When the long
     design fails too, the paper's recovery is returned if there was one (its estimate is honest,
     only poor; the long design's queries are then the abandoned ones), else the long design's
-    error is raised with a note naming the first.
+    error is raised with a note naming the first. When the long design's estimate is not below the
+    paper's, the paper's recovery is returned too (the better certified of the two).
 
     ``max_length`` is the oracle's context: the long design asks nothing longer. When the oracle
     refuses the long queries all the same (its own exception, an
@@ -67,6 +68,12 @@ def with_fallback(pipeline):
             rec, first = paper, (f'{first}; design="long" (queries of {opt.fallback} tokens) {second}; the '
                                  "paper's recovery is returned")
             abandoned = oracle.queries - mid
+        else:
+            if paper is not None and not rec.error_estimate < paper.error_estimate:  # the better estimate stands
+                rec, first = paper, (f'{first}; design="long" (queries of {opt.fallback} tokens) returned an error '
+                                     f"estimate {float(rec.error_estimate):.1e}, not below it; the paper's recovery "
+                                     "is returned")
+                abandoned = oracle.queries - mid
         rec.queries["abandoned"] = abandoned
         rec.queries["total"] += abandoned
         rec.diagnostics.fallback = first

@@ -129,6 +129,8 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
     Used in: chapter 4 (``scale="probe"``, every run) and chapter 7 (``scale="search"``).
     """
     n, heads_given, search = opt.n, opt.heads_given, opt.scale == "search"
+    log = getattr(ask, "log", None)  # the joint certificate's record of answers (float64 only)
+    mark = log.mark if log is not None else 0
     c1, F11 = ask_probe(ask, q1, u11, nodes)
     s, scales, extra = 1.0, [1.0], 0
     while True:
@@ -141,6 +143,8 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
         if not (search and crowded) or len(scales) > tol.scale_rounds or s >= tol.scale_max:
             break
         s = min(s * tol.scale_step, tol.scale_max)
+        if log is not None:  # an abandoned probe's scale is not the design's: the refit leaves its answers out
+            log.truncate(mark)
         extra += 1 + nodes.m
         q1, u11 = unit_rows(rng, 2, len(q1)) * [[1.0], [s]]
         c1, F11 = ask_probe(ask, q1, u11, nodes)
