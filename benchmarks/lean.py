@@ -35,6 +35,7 @@ import numpy as np
 
 from attnlearn import Oracle, RecoveryError, canonical, learn, param_error
 from attnlearn._arith import working_precision
+from attnlearn.learner.certificate import QueryLog
 from attnlearn.learner.cost import lean_budget
 from attnlearn.learner.lean.run import learn_lean
 from attnlearn.learner.options import Request, build_options as _options
@@ -83,9 +84,12 @@ def run(d, H, seed, kind=None):
 def learn_extra_sample(oracle, d, H, seed):
     """``learn(oracle, d, heads=H, seed=seed, design="lean")`` with H + 1 samples per phase-2
     configuration (``learn_lean(..., extra_sample=True)``, not an option of ``learn``): the same
-    validation, checked access and working precision as ``learn``, learn's defaults."""
+    validation, checked access, query log (the certificate, float64) and working precision as
+    ``learn``, learn's defaults."""
     opt, tol = _options(oracle, d, Request(heads=H, seed=seed, max_length=MAX_LENGTH, design="lean"))
     access = Access(oracle, opt.d)
+    if not access.exact:
+        access.log = QueryLog()
     with working_precision(access):
         return learn_lean(access, opt, tol, extra_sample=True)
 

@@ -13,10 +13,11 @@ every trial at H = 3 (chapter 4's frontier).
 
 Trial s of setting (d, H): model seed 100_000 H + 1_000 d + s, learner seed s, noise seed s; the
 same models are used at every eps. For each trial the record holds the outcome ("ok" or the
-RecoveryError class), the measured parameter error against canonical(model), the learner's
-bound recovery.error_estimate = K * eps_used, eps_used = recovery.output_error, and the smallest
-matching margin (links and crosses). A *silent failure* is a returned model whose error exceeds
-its bound (safety factor 1). Deterministic on one machine: every number depends only on the
+RecoveryError class), the measured parameter error e against canonical(model), the learner's
+error estimate b = recovery.error_estimate (the certificate of the refitted model, chapter 5),
+the design's own first-order bound k = K * eps_used before the refit, eps_used u =
+recovery.output_error, and the smallest matching margin (links and crosses). A *silent failure*
+is a returned model whose error exceeds its estimate (safety factor 1). Deterministic on one machine: every number depends only on the
 seeds (BLAS is pinned to one thread). Another CPU's BLAS kernel changes the last bits of the
 oracle's float64 answers and of the learner's own arithmetic, so two machines' sweeps agree only
 to the tolerance of :func:`same_record` (module constants below; chapter 5 and
@@ -115,8 +116,10 @@ def trial(d, H, noise, eps, s):
     margins = [np.min(rec.diagnostics[k]) for k in ("link_margin", "cross_margin") if rec.diagnostics[k] is not None]
     margin = float(min(margins)) if margins else float("inf")
     # e is None when the error is infinite (a wrong head count): always a silent failure
+    # k: the design's own first-order bound K * eps_used, before the refit (chapter 5)
+    k = rec.certificate.design_estimate if rec.certificate is not None else rec.error_estimate
     return {"o": "ok", "t": _g(told), "h": rec.heads, "e": _g(err), "b": _g(rec.error_estimate), "u": _g(rec.output_error),
-            "m": _g(margin)}
+            "k": _g(k), "m": _g(margin)}
 
 
 # ---- comparing two runs of the same trial (another machine, BLAS kernel or perturbation) ----------
