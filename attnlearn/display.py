@@ -4,7 +4,8 @@ A stored notebook output is checked by strict nbval on other CPUs, BLAS kernels 
 counts, where every float64 result may change in its last bits (and an ill-conditioned one in
 more). So the book prints what the arithmetic guarantees:
 
-* a **verdict** against a bound fixed in the text (:func:`below`: ``"below 1e-08"``), with the
+* a **verdict** against a bound fixed in the text (:func:`below`: ``"below 1e-08"``, or
+  :func:`above`), with the
   measured value required to sit a margin below the bound (else :class:`MarginError`: the
   author must choose a bound the result cannot cross on another machine);
 * a **decade** of a measurement (:func:`decade`) only together with the same margin check
@@ -20,7 +21,7 @@ and the appendix).
 import math
 import numbers
 
-__all__ = ["MarginError", "below", "decade", "sig", "table", "count_within"]
+__all__ = ["MarginError", "below", "above", "decade", "sig", "table", "count_within"]
 
 #: Default margin (a factor) between a printed bound and the value it bounds: another BLAS
 #: kernel moves a well-conditioned float64 result by ulps and an ill-conditioned one (errors of
@@ -50,6 +51,18 @@ def below(x, bound, *, margin=MARGIN, what="value"):
     if not x * margin <= bound:
         raise MarginError(f"{what} = {x:.3g} is not {margin:g}x below the stated bound {bound:.0e}")
     return f"below {bound:.0e}"
+
+
+def above(x, bound, *, margin=MARGIN, what="value"):
+    """``"above <bound>"`` after checking that ``x`` sits at least ``margin`` times above ``bound``
+    (else :class:`MarginError`, with the measured value), as :func:`below`.
+
+    Used in: chapter 5 and the appendix.
+    """
+    x, bound = _positive(x, "x"), _positive(bound, "bound")
+    if not x >= margin * bound:
+        raise MarginError(f"{what} = {x:.3g} is not {margin:g}x above the stated bound {bound:.0e}")
+    return f"above {bound:.0e}"
 
 
 def decade(x, *, margin=MARGIN):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnlearn.display import MarginError, below, count_within, decade, sig, table
+from attnlearn.display import MarginError, above, below, count_within, decade, sig, table
 
 
 def test_below_prints_the_bound_when_the_margin_holds():
@@ -17,6 +17,15 @@ def test_below_refuses_a_value_near_its_bound():
         below(2.0, 1.0)
     with pytest.raises(TypeError, match=r"x must be a real number, got str 'a'"):
         below("a", 1.0)
+
+
+def test_above_prints_the_bound_when_the_margin_holds_and_refuses_a_value_near_it():
+    assert above(4e-8, 1e-8) == "above 1e-08"
+    assert above(float("inf"), 1.0) == "above 1e+00"
+    with pytest.raises(MarginError, match=r"ratio = 2e\+03 is not 3x above the stated bound 1e\+03"):
+        above(2e3, 1e3, what="ratio")
+    with pytest.raises(TypeError, match=r"bound must be a real number, got str 'a'"):
+        above(1.0, "a")
 
 
 def test_decade_inside_and_at_a_boundary():
