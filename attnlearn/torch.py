@@ -19,20 +19,31 @@ The only module of the package that imports :mod:`torch` (an optional extra:
   number to every score of a head and cancels in the softmax), and the output gains
   :math:`b=\sum_hW_{o,h}b_{v,h}+b_o` (the softmax weights sum to 1).
 
+* :func:`extract` learns a module in one call: it reads ``d``, ``H``, the head width, the biases
+  and the precision off the module (an ``nn.MultiheadAttention`` or the ``self_attn`` of a
+  ``TransformerEncoderLayer``/``TransformerDecoderLayer``), measures a float32 module's own noise,
+  chooses the design and its options (:func:`plan`) and returns the :func:`attnlearn.learn`
+  recovery; modules the book's model does not describe are refused before any query.
+
 Used in: chapter 7.
 """
 
 import copy
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .arguments import check_count, check_real
 from .layer import AttentionLayer
+from .learner.learn import learn
+from .learner.tolerances import LONG_FALLBACK_LENGTH, MAX_QUERIES
 from .model import MultiHeadAttention, check_sequences
 from .oracle import PERTURB_ULPS, _perturbation_seed
+from .vector import learn_vector
 
-__all__ = ["TorchOracle", "from_torch", "module_parameters", "ERROR_SAFETY", "NOISE_SAFETY", "MAD_TO_SD"]
+__all__ = ["TorchOracle", "from_torch", "module_parameters", "attention_of", "Plan", "plan", "extract",
+           "ERROR_SAFETY", "NOISE_SAFETY", "MAD_TO_SD", "FLOAT32_LENGTH"]
 
 #: Default factor of :meth:`TorchOracle.error_bound` over the largest measured discrepancy.
 ERROR_SAFETY = 3.0
@@ -45,6 +56,10 @@ ERROR_SAFETY = 3.0
 NOISE_SAFETY = 3.0
 #: Standard deviation of a normal distribution over its median absolute value (1 / 0.6745).
 MAD_TO_SD = 1.482602218505602
+#: :func:`extract`'s ratio queries for a float32 module: the length where the window
+#: :math:`2\log(L-1)` (8.3 nats) is still wide and float32's summation noise still small
+#: (:meth:`TorchOracle.ratio_noise`; chapter 7's float32 section).
+FLOAT32_LENGTH = 64
 
 
 def _check_module(module):
@@ -367,3 +382,163 @@ class TorchOracle:
             rel.append((mine[keep] - exact[keep]) / np.abs(exact[keep]))
         # the standard deviation of a normal with this median absolute value
         return safety * MAD_TO_SD * float(np.median(np.abs(np.concatenate(rel))))
+
+
+def attention_of(module):
+    r"""The self-attention ``nn.MultiheadAttention`` that :func:`extract` learns: ``module``
+    itself, or the ``self_attn`` of a ``TransformerEncoderLayer`` or ``TransformerDecoderLayer``
+    (the decoder's cross-attention, ``multihead_attn``, attends to a memory the oracle does not
+    take). Refused with the reason: anything else, extra key/value tokens (``add_bias_kv``,
+    ``add_zero_attn``), ``kdim``/``vdim`` other than ``embed_dim``, training mode with dropout,
+    and half precision (float16, bfloat16: a relative rounding near :math:`10^{-3}` per answer,
+    above what any design certifies at a useful accuracy).
+
+    Used in: chapter 7 (through :func:`extract`)."""
+    layers = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer)
+    attention = module.self_attn if isinstance(module, layers) else module
+    if not isinstance(attention, torch.nn.MultiheadAttention):
+        raise TypeError("module must be a torch.nn.MultiheadAttention, TransformerEncoderLayer or "
+                        f"TransformerDecoderLayer, got {type(module).__name__}")
+    _check_module(attention)
+    dtype = attention.in_proj_weight.dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"module: parameters of dtype {dtype} (half precision) are not supported: their rounding "
+                         "is above what a design can certify; convert a copy with .double() or .float()")
+    return attention
+
+
+@dataclass(frozen=True)
+class Plan:
+    r"""What :func:`extract` asks of :func:`attnlearn.learn`, read off the module.
+
+    Parameters
+    ----------
+    d : int
+        ``embed_dim``.
+    heads : int
+        ``num_heads`` (:math:`H`).
+    head_dim : int
+        :math:`p=d/H`, the rank of every :math:`W_h`.
+    bias : bool
+        The module has input and output biases (learned with ``bias=True``).
+    dtype : str
+        ``"float64"`` or ``"float32"``.
+    options : dict
+        The keyword arguments of :func:`attnlearn.learn` beyond ``heads`` and ``seed``.
+
+    Used in: chapter 7."""
+
+    d: int
+    heads: int
+    head_dim: int
+    bias: bool
+    dtype: str
+    options: dict
+
+
+def plan(attention, oracle, *, seed=0):
+    r"""The design and options :func:`extract` uses for ``attention`` (an ``nn.MultiheadAttention``
+    accepted by :func:`attention_of`) asked through ``oracle`` (its :class:`TorchOracle`).
+
+    * **float64**: the paper's design in robust mode with the searched query scale (PyTorch's
+      initialisations put the poles close together), allowed to fall back to the long design at
+      4096 tokens (``robust=True, scale="search", max_length=4096``; without the fallback for a
+      vector oracle, whose learner keeps every answer vector); the learner's own model of
+      float64 rounding, no stated noise.
+    * **float32**: the long design at :data:`FLOAT32_LENGTH` tokens, with the module's relative
+      noise on those queries measured against a float64 copy (:meth:`TorchOracle.ratio_noise`,
+      not counted as queries).
+
+    ``bias=True`` when the module has biases. A vector oracle (no read-out) is learned by
+    :func:`attnlearn.vector.learn_vector`, which takes the paper's design without biases only:
+    a module with biases, or in float32, is refused there with the reason.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    ValueError
+        A vector oracle of a module with biases or in float32.
+
+    Used in: chapter 7."""
+    d, H = attention.embed_dim, attention.num_heads
+    bias = attention.in_proj_bias is not None
+    dtype = "float64" if attention.in_proj_weight.dtype == torch.float64 else "float32"
+    if oracle.outputs is not None and (bias or dtype == "float32"):
+        raise ValueError(f"readout=None (the value-output maps) is learned for float64 modules without biases; this "
+                         f"one is {dtype}{' with biases' if bias else ''}: give a read-out vector r")
+    if dtype == "float64":  # a vector oracle keeps every answer: no fallback to 4096-token queries
+        options = dict(robust=True, scale="search")
+        if oracle.outputs is None:
+            options["max_length"] = LONG_FALLBACK_LENGTH
+    else:
+        options = dict(design="long", max_length=FLOAT32_LENGTH,
+                       relative_error=oracle.ratio_noise(FLOAT32_LENGTH, seed=seed))
+    if bias:
+        options["bias"] = True
+    return Plan(d=d, heads=H, head_dim=d // H, bias=bias, dtype=dtype, options=options)
+
+
+def extract(module, *, readout=None, seed=0, accuracy=None, max_queries=MAX_QUERIES):
+    r"""Learn a PyTorch attention module from queries, in one call.
+
+    Parameters
+    ----------
+    module : torch.nn.MultiheadAttention, TransformerEncoderLayer or TransformerDecoderLayer
+        The layer to learn (a transformer layer's ``self_attn``; :func:`attention_of`), in
+        evaluation mode (or without dropout), float64 or float32.
+    readout : array_like of shape (embed_dim,) or None, keyword-only
+        The scalar read-out :math:`r` of the module's output at the last position; None learns
+        the value-output maps through a vector oracle (:func:`attnlearn.vector.learn_vector`).
+    seed : int, keyword-only
+        The learner's seed (and the noise measurement's).
+    accuracy : float or None, keyword-only
+        The relative parameter error required (:func:`attnlearn.learn`'s ``accuracy``).
+    max_queries : int, keyword-only
+        Refuse, before any query, a plan that would ask more.
+
+    Returns
+    -------
+    Recovery or VectorRecovery
+        As :func:`attnlearn.learn`: ``.model`` compares with ``canonical(from_torch(module,
+        readout=r))`` by :func:`attnlearn.param_error`, or with biases with ``from_torch(module,
+        readout=r)`` by :func:`attnlearn.learner.paper.bias.bias_error`; ``.error_estimate``
+        bounds that error (chapter 5).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A module this package cannot learn faithfully (:func:`attention_of`), a bad read-out,
+        ``max_queries`` below the plan's cost; all before any query.
+    RecoveryError
+        As :func:`attnlearn.learn`.
+
+    Notes
+    -----
+    The choices are :func:`plan`'s, measured in chapter 7 on PyTorch's default initialisation at
+    :math:`d=16`: in float64 the searched scale recovers 17 of 20 four-head layers without the long
+    design, the fallback takes the rest; in float32 the long design at 64 tokens recovers one-
+    and two-head layers to :math:`10^{-3}` and four heads rarely (chapter 7 gives the shares).
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from attnlearn import canonical, param_error
+    >>> from attnlearn.torch import extract, from_torch
+    >>> _ = torch.manual_seed(0)
+    >>> m = torch.nn.MultiheadAttention(4, 2, bias=False, batch_first=True, dtype=torch.float64).eval()
+    >>> r = np.ones(4)
+    >>> rec = extract(m, readout=r)
+    >>> bool(param_error(rec.model, canonical(from_torch(m, readout=r))) <= rec.error_estimate)
+    True
+
+    Used in: chapter 7.
+    """
+    attention = attention_of(module)
+    oracle = TorchOracle(attention, readout=readout)
+    chosen = plan(attention, oracle, seed=seed)
+    run = learn if oracle.outputs is None else learn_vector
+    return run(oracle, chosen.d, heads=chosen.heads, seed=seed, accuracy=accuracy, max_queries=max_queries,
+               **chosen.options)

@@ -13,7 +13,10 @@ from attnlearn.learner.tolerances import FALLBACK_ESTIMATE  # noqa: E402
 from attnlearn.layer import AttentionLayer  # noqa: E402
 from attnlearn.learner.cost import holdout_count  # noqa: E402
 from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError, OracleRefusedError  # noqa: E402
-from attnlearn.torch import TorchOracle, from_torch, module_parameters  # noqa: E402
+from attnlearn.layer import layer_error  # noqa: E402
+from attnlearn.learner.paper.bias import bias_error  # noqa: E402
+from attnlearn.torch import FLOAT32_LENGTH, TorchOracle, attention_of, extract, from_torch, module_parameters, plan  # noqa: E402
+from attnlearn.vector import VectorRecovery  # noqa: E402
 
 
 def layer(d, H, *, bias=False, batch_first=True, dtype=torch.float64, seed=0, bias_scale=1.0):
@@ -437,3 +440,106 @@ def test_a_context_shorter_than_max_length_without_a_paper_recovery_names_the_li
     rec = learn(oracle, 4, heads=2, robust=True, seed=1, max_length=256)
     assert oracle.longest == rec.max_length == 256 and rec.diagnostics.fallback.startswith("PoleError: ")
     assert param_error(rec.model, canonical(from_torch(m, readout=r))) <= rec.error_estimate <= 1e-6
+
+
+def _no_query(monkeypatch):
+    """Fail any query: what extract refuses, it refuses before asking."""
+    def refuse(self, Xs):
+        raise AssertionError("a query was asked")
+    monkeypatch.setattr(TorchOracle, "batch", refuse)
+
+
+@pytest.mark.parametrize("make, kind, match", [
+    (lambda: torch.nn.Linear(4, 4), TypeError,
+     r"module must be a torch\.nn\.MultiheadAttention, TransformerEncoderLayer or TransformerDecoderLayer, got Linear"),
+    (lambda: torch.nn.MultiheadAttention(4, 2, add_bias_kv=True, dtype=torch.float64).eval(), ValueError,
+     r"add_bias_kv=True and add_zero_attn=True add tokens"),
+    (lambda: torch.nn.MultiheadAttention(4, 2, add_zero_attn=True, dtype=torch.float64).eval(), ValueError,
+     r"add_bias_kv=True and add_zero_attn=True add tokens"),
+    (lambda: torch.nn.MultiheadAttention(4, 2, kdim=3, vdim=3, dtype=torch.float64).eval(), ValueError,
+     r"kdim and vdim must equal embed_dim"),
+    (lambda: torch.nn.MultiheadAttention(4, 2, dropout=0.1, dtype=torch.float64), ValueError,
+     r"training mode with dropout = 0\.1: call module\.eval\(\) first"),
+    (lambda: torch.nn.TransformerEncoderLayer(4, 2, dim_feedforward=8, dtype=torch.float64), ValueError,
+     r"training mode with dropout = 0\.1"),
+    (lambda: torch.nn.MultiheadAttention(4, 2, dtype=torch.float16).eval(), ValueError,
+     r"dtype torch\.float16 \(half precision\) are not supported"),
+    (lambda: torch.nn.TransformerDecoderLayer(4, 2, dim_feedforward=8, dtype=torch.bfloat16).eval(), ValueError,
+     r"dtype torch\.bfloat16 \(half precision\) are not supported"),
+])
+def test_extract_refuses_modules_it_cannot_learn_before_any_query(monkeypatch, make, kind, match):
+    _no_query(monkeypatch)
+    module = make()
+    with pytest.raises(kind, match=match):
+        extract(module, readout=np.ones(4))
+
+
+def test_extract_refuses_absurd_requests_before_any_query(monkeypatch):
+    _no_query(monkeypatch)
+    with pytest.raises(ValueError, match=r"readout=None \(the value-output maps\) is learned for float64 modules "
+                                         r"without biases; this one is float64 with biases: give a read-out"):
+        extract(layer(4, 2, bias=True))
+    with pytest.raises(ValueError, match=r"this one is float32: give a read-out"):
+        extract(layer(4, 2, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"more than max_queries = 100"):
+        extract(layer(4, 2), readout=np.ones(4), max_queries=100)
+    with pytest.raises(ValueError, match=r"readout must have shape \(4,\)"):
+        extract(layer(4, 2), readout=np.ones(3))
+
+
+def test_plan_reads_the_module():
+    """d, H, the head width, biases and precision off the module; the design by precision."""
+    m = torch.nn.TransformerEncoderLayer(8, 4, dim_feedforward=16, dtype=torch.float64).eval()
+    attention = attention_of(m)
+    assert attention is m.self_attn
+    chosen = plan(attention, TorchOracle(attention, readout=np.ones(8)))
+    assert (chosen.d, chosen.heads, chosen.head_dim, chosen.bias, chosen.dtype) == (8, 4, 2, True, "float64")
+    assert chosen.options == dict(robust=True, scale="search", max_length=4096, bias=True)
+    vector = plan(layer(6, 2), TorchOracle(layer(6, 2)))
+    assert vector.options == dict(robust=True, scale="search") and not vector.bias  # no fallback for a vector oracle
+    m32 = layer(4, 1, dtype=torch.float32)
+    oracle = TorchOracle(m32, readout=np.ones(4))
+    single = plan(m32, oracle, seed=2)
+    assert single.dtype == "float32" and single.options["design"] == "long"
+    assert single.options["max_length"] == FLOAT32_LENGTH
+    assert single.options["relative_error"] == oracle.ratio_noise(FLOAT32_LENGTH, seed=2) > 0
+    assert oracle.queries == 0  # the noise measurement is the user's calibration, not a query
+
+
+@pytest.mark.parametrize("kind", ["mha", "encoder", "decoder"])
+def test_extract_learns_float64_modules_within_their_estimate(kind):
+    """A float64 module learned in one call: the paper's design in robust mode with the searched
+    scale (no fallback needed at this size); the model compares with from_torch directly."""
+    d, H = 8, 2
+    torch.manual_seed(1)
+    module = {"mha": lambda: layer(d, H, seed=1),
+              "encoder": lambda: torch.nn.TransformerEncoderLayer(d, H, dim_feedforward=16, dtype=torch.float64),
+              "decoder": lambda: torch.nn.TransformerDecoderLayer(d, H, dim_feedforward=16, dtype=torch.float64),
+              }[kind]().eval()
+    attention = attention_of(module)
+    r = np.random.default_rng(1).normal(size=d)
+    rec = extract(module, readout=r, seed=1)
+    if attention.in_proj_bias is None:
+        err = param_error(rec.model, canonical(from_torch(attention, readout=r)))
+    else:
+        err = bias_error(rec.model, from_torch(attention, readout=r))
+    assert rec.heads == H and rec.verified and rec.diagnostics.fallback is None
+    assert err <= rec.error_estimate <= 1e-9  # measured: errors near 1e-14, estimates below 1e-12
+
+
+def test_extract_learns_a_float32_module_with_its_measured_noise():
+    d = 4
+    m32 = layer(d, 1, dtype=torch.float32, seed=3)
+    r = np.random.default_rng(3).normal(size=d)
+    rec = extract(m32, readout=r, seed=3)
+    err = param_error(rec.model, canonical(from_torch(m32, readout=r)))
+    assert rec.max_length == FLOAT32_LENGTH and rec.verified
+    assert err <= 1e-4 and err <= 10 * rec.error_estimate  # measured 2.4e-6 against an estimate of 1.0e-5
+
+
+def test_extract_learns_the_value_output_maps_without_a_readout():
+    d, H = 6, 2
+    m = layer(d, H, seed=4)
+    rec = extract(m, seed=4)
+    assert isinstance(rec, VectorRecovery) and rec.heads == H
+    assert layer_error(rec.model, from_torch(m)) <= rec.error_estimate <= 1e-8
