@@ -8,6 +8,8 @@
     python benchmarks/torch_layers.py --bias drawn --heads 1 2   # bias=True, biases drawn N(0, 1), learn(bias=True)
     python benchmarks/torch_layers.py --heads 4 --json out.json  # ... and save every run (chapter 7 loads them)
     python benchmarks/torch_layers.py --modes "robust, max_length=4096"   # robust mode's fallback to design="long"
+    python benchmarks/torch_layers.py --modes extract     # attnlearn.torch.extract(module, readout=r): its own plan
+    python benchmarks/torch_layers.py --init small        # projections drawn N(0, 0.02^2) (the GPT-2/BERT convention)
 
 Every model is ``torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True)`` with PyTorch's
 default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a random
@@ -20,7 +22,11 @@ its noise on ratio queries measured against a float64 copy: chapter 7's float32 
 L=4096`` (a float64 module: the learner's own model of float64 rounding), and ``robust,
 max_length=4096`` (robust mode allowed to fall back to ``design="long"`` at 4096 tokens where the
 paper's design raises or returns an estimate above 1e-6; a record's ``fallback`` says why); scored
-with :func:`attnlearn.param_error` against ``canonical(from_torch(module, readout=r))``.
+with :func:`attnlearn.param_error` against ``canonical(from_torch(module, readout=r))``. Mode
+``extract`` calls :func:`attnlearn.torch.extract` instead, which reads the module and chooses the
+design and options itself (:func:`attnlearn.torch.plan`). With ``--init small`` the projection
+weights (``in_proj_weight``, ``out_proj.weight``) are redrawn N(0, 0.02²) after the
+initialisation, the convention of GPT-2 and BERT that most language models follow.
 
 With ``--bias default`` the modules have ``bias=True`` and PyTorch's initial biases (zero), with
 ``--bias drawn`` biases drawn from N(0, 1) after the initialisation (as chapter 7 does, so that
@@ -33,8 +39,8 @@ target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (ove
 ``silent`` (a return whose error exceeds 10 times its ``error_estimate``: must be 0).
 
 ``--json PATH`` writes every run as a record (``d``, ``H``, ``mode``, ``dtype``, ``bias``,
-``seed``, ``outcome`` "returned" or the exception's name, ``error``, ``estimate``, ``target``,
-``silent``, ``queries``; a return's ``probe_scales``, ``longest`` and ``fallback``, a raise's
+``seed``, ``init``, ``outcome`` "returned" or the exception's name, ``error``, ``estimate``,
+``target``, ``silent``, ``queries``, ``cpu`` (process seconds of the call); a return's ``probe_scales``, ``longest`` and ``fallback``, a raise's
 ``message``); chapter 7 loads ``benchmarks/results/torch_*.json``.
 
 Measured (2026-12-03, this machine, ``--dtype float32 --heads H --modes "long, L=64" --json
@@ -73,7 +79,7 @@ import torch
 
 from attnlearn import RecoveryError, canonical, learn, param_error
 from attnlearn.learner.paper.bias import bias_error
-from attnlearn.torch import TorchOracle, from_torch
+from attnlearn.torch import TorchOracle, extract, from_torch
 
 
 def target(H, dtype):
@@ -87,15 +93,19 @@ MODES = {"default": {}, "search": {"scale": "search"}, "robust": {"robust": True
          "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16},
          "robust, max_length=4096": {"robust": True, "max_length": 4096},
          "long, L=64": {"design": "long", "max_length": 64},
-         "long, L=4096": {"design": "long", "max_length": 4096}}
+         "long, L=4096": {"design": "long", "max_length": 4096},
+         "extract": {}}
 
 
-def run(d, H, i, *, mode, dtype, bias="none"):
+def run(d, H, i, *, mode, dtype, bias="none", init="default"):
     torch.manual_seed(1000 * H + i)
     module = torch.nn.MultiheadAttention(d, H, bias=bias != "none", batch_first=True,
                                          dtype=getattr(torch, dtype)).eval()
-    if bias == "drawn":
-        with torch.no_grad():
+    with torch.no_grad():
+        if init == "small":
+            module.in_proj_weight.normal_(0, 0.02)
+            module.out_proj.weight.normal_(0, 0.02)
+        if bias == "drawn":
             module.in_proj_bias.normal_()
             module.out_proj.bias.normal_()
     r = np.random.default_rng(i).normal(size=d)
@@ -110,23 +120,26 @@ def run(d, H, i, *, mode, dtype, bias="none"):
         truth = from_torch(module, readout=r)
     else:
         truth = canonical(from_torch(module, readout=r))
+    cpu = time.process_time()
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            rec = learn(oracle, d, heads=H, seed=i, **kw)
+            rec = extract(module, readout=r, seed=i) if mode == "extract" else learn(oracle, d, heads=H, seed=i, **kw)
     except RecoveryError as exc:
-        return {"raised": type(exc).__name__, "message": str(exc), "queries": oracle.queries}
+        return {"raised": type(exc).__name__, "message": str(exc), "queries": oracle.queries,
+                "cpu": time.process_time() - cpu}
+    cpu = time.process_time() - cpu
     err = bias_error(rec.model, truth) if bias != "none" else param_error(rec.model, truth)
     scale = rec.diagnostics.scale or {}
     return {"error": err, "estimate": rec.error_estimate, "queries": rec.queries["total"],
             "factor": scale.get("factor"), "scales": scale.get("probe_scales", []),
-            "longest": rec.max_length, "fallback": rec.diagnostics.fallback}
+            "longest": rec.max_length, "fallback": rec.diagnostics.fallback, "cpu": cpu}
 
 
-def record(d, H, i, r, *, mode, dtype, bias):
+def record(d, H, i, r, *, mode, dtype, bias, init):
     """One run as a JSON record (``--json``)."""
-    out = {"d": d, "H": H, "mode": mode, "dtype": dtype, "bias": bias, "seed": i,
-           "target": target(H, dtype), "queries": int(r["queries"])}
+    out = {"d": d, "H": H, "mode": mode, "dtype": dtype, "bias": bias, "init": init, "seed": i,
+           "target": target(H, dtype), "queries": int(r["queries"]), "cpu": round(float(r["cpu"]), 2)}
     if "error" in r:
         out.update(outcome="returned", error=float(r["error"]), estimate=float(r["estimate"]),
                    silent=bool(r["error"] > 10 * r["estimate"]), probe_scales=[float(x) for x in r["scales"]],
@@ -136,10 +149,10 @@ def record(d, H, i, r, *, mode, dtype, bias):
     return out
 
 
-def row(d, H, models, *, mode, dtype, bias="none", records=None):
-    runs = [run(d, H, i, mode=mode, dtype=dtype, bias=bias) for i in range(models)]
+def row(d, H, models, *, mode, dtype, bias="none", init="default", records=None):
+    runs = [run(d, H, i, mode=mode, dtype=dtype, bias=bias, init=init) for i in range(models)]
     if records is not None:
-        records.extend(record(d, H, i, r, mode=mode, dtype=dtype, bias=bias) for i, r in enumerate(runs))
+        records.extend(record(d, H, i, r, mode=mode, dtype=dtype, bias=bias, init=init) for i, r in enumerate(runs))
     ret = [r for r in runs if "error" in r]
     errs = [r["error"] for r in ret]
     good = sum(e <= target(H, dtype) for e in errs)
@@ -193,12 +206,14 @@ def main():
     ap.add_argument("--vector", action="store_true", help="value-output maps (readout=None), default d = 8, H = 2")
     ap.add_argument("--bias", choices=["none", "default", "drawn"], default="none",
                     help="bias=True modules (PyTorch's zero biases, or drawn N(0, 1)), learn(bias=True)")
+    ap.add_argument("--init", choices=["default", "small"], default="default",
+                    help="PyTorch's initialisation, or projection weights drawn N(0, 0.02^2)")
     ap.add_argument("--json", default=None, help="write every run to this JSON file (not with --vector)")
     args = ap.parse_args()
     if args.json and args.vector:
         ap.error("--json records the scalar rows only (not --vector)")
     args.modes = args.modes or ["default", "search", "robust", "robust+search"]
-    if args.vector and any("design" in MODES[m] or "max_length" in MODES[m] for m in args.modes):
+    if args.vector and any("design" in MODES[m] or "max_length" in MODES[m] or m == "extract" for m in args.modes):
         ap.error("--vector learns with the paper's design only (learn_vector): not the long modes")
     torch.set_num_threads(1)
     if args.vector:
@@ -212,15 +227,16 @@ def main():
         return
     what = {"none": "bias=False", "default": "bias=True (PyTorch's zero biases), learn(bias=True)",
             "drawn": "bias=True, biases drawn N(0, 1), learn(bias=True)"}[args.bias]
-    print(f"d = {args.d}, {args.dtype} modules, PyTorch default initialisation, {what}\n")
+    init = "PyTorch default initialisation" if args.init == "default" else "projections N(0, 0.02^2)"
+    print(f"d = {args.d}, {args.dtype} modules, {init}, {what}\n")
     print("| models | heads | learn | recovered | median error | queries | raised | silent |")
     print("|---|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
     records = [] if args.json else None
     for H in args.heads:
         for mode in args.modes:
-            print(row(args.d, H, args.models, mode=mode, dtype=args.dtype, bias=args.bias, records=records),
-                  flush=True)
+            print(row(args.d, H, args.models, mode=mode, dtype=args.dtype, bias=args.bias, init=args.init,
+                      records=records), flush=True)
             if args.json:  # after every row: a long run keeps what it has measured
                 with open(args.json, "w") as fh:
                     json.dump(records, fh, indent=1)
