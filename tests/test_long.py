@@ -166,7 +166,8 @@ def test_anchored_coarse_pass_labels_four_heads():
     from attnlearn.learner.long.solve import regress_y
 
     ctx, model = _group_context(4, 4, 3, F32)
-    scale = probe_scale(ctx, rng=ctx.rng)
+    scale, reprobes = probe_scale(ctx, rng=ctx.rng)
+    assert reprobes == 0  # a random model at unit spread: the first probe measures its steps
     u = long_passes._unit(ctx.rng, 4) * scale
     Q, F, sd, ends, fit = coarse_pass(ctx, u, scale, rng=ctx.rng)
     Y, _, _ = regress_y(Q, fit, tol=ctx.tol)

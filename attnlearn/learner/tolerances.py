@@ -286,6 +286,10 @@ class LongTolerances:
     scale_clip : tuple of float
         Bounds of the probe's correction of :math:`|u||q|` (a factor 1/16..16: four
         configurations may see small steps by chance).
+    reprobe_above, reprobe_rounds : float, int
+        A correction above 256 (sixteen times the clip) means steps too crowded to measure: the
+        probe is asked again at the clipped scale, at most 3 times (:math:`|u||q|` up to
+        :math:`16^3` times the first probe's; :func:`~.long.passes.probe_scale`).
     groups_factor : int
         Configurations per group and pass: ``2 d`` (twice the unknowns of :math:`y_h`, room
         for outliers).
@@ -392,6 +396,8 @@ class LongTolerances:
     probe_configs: int = 4
     spread: float = 2.0
     scale_clip: tuple = (1 / 16, 16)
+    reprobe_above: float = 256.0
+    reprobe_rounds: int = 3
     groups_factor: int = 2
     group_redraws: int = 2
     link_configs: int = 3

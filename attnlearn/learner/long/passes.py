@@ -18,24 +18,41 @@ __all__ = ["probe_scale", "coarse_pass", "random_pass", "placed_pass"]
 # ---------------------------------------------------------------- the stages
 def probe_scale(ctx, *, rng):
     r"""Four configurations at :math:`|u|=|q|=d^{1/4}` (so :math:`c_h` has unit spread for
-    :math:`W\sim\mathcal N(0,1/d)`); returns the scale :math:`s` of :math:`u` and :math:`q` that
-    brings the root mean square of the :math:`c_h` seen to ``tol.spread`` nats (:math:`c` is
-    bilinear in :math:`u,q`), the correction clipped to ``tol.scale_clip``. With score biases
-    the positions also hold :math:`-\kappa_h=-u^\top c_h`, linear in :math:`u` alone, so that
-    part of the measured spread moves as the square root of the correction: large biases leave
-    the bilinear part below ``tol.spread`` (the anchor's stretch, measured from the group's
-    origin, then spreads the steps)."""
-    d, H, tol = ctx.d, ctx.H, ctx.tol
-    s0 = d**0.25
+    :math:`W\sim\mathcal N(0,1/d)`); returns ``(s, reprobes)``: the scale :math:`s` of :math:`u`
+    and :math:`q` that brings the root mean square of the :math:`c_h` seen to ``tol.spread`` nats
+    (:math:`c` is bilinear in :math:`u,q`), the correction clipped to ``tol.scale_clip``, and the
+    queries of the probes asked again. With score biases the positions also hold
+    :math:`-\kappa_h=-u^\top c_h`, linear in :math:`u` alone, so that part of the measured spread
+    moves as the square root of the correction: large biases leave the bilinear part below
+    ``tol.spread`` (the anchor's stretch, measured from the group's origin, then spreads the steps).
+
+    **Small layers.** When the correction exceeds ``tol.reprobe_above`` (256: sixteen times the
+    clip, far beyond what PyTorch's default initialisation needs) the steps the probe saw lie
+    within a few hundredths of a nat of each other, too close to measure their spread, as in a
+    layer initialised :math:`\mathcal N(0,0.02^2)`: the probe is asked again at the clipped scale
+    (:math:`|u||q|` times 16), at most ``tol.reprobe_rounds`` times, its queries reported in
+    ``queries["scale"]`` (as the paper design's re-probes, not counted by ``max_queries``)."""
+    d, tol = ctx.d, ctx.tol
+    s, start, asked = d**0.25, ctx.ask.queries, 0
+    for rounds in range(tol.reprobe_rounds + 1):
+        factor = tol.spread / max(_probe_rms(ctx, s, rng=rng), 1e-12)
+        if factor <= tol.reprobe_above or rounds == tol.reprobe_rounds:
+            break
+        asked = ctx.ask.queries - start  # every probe before the last is a re-probe's extra cost
+        s *= np.sqrt(tol.scale_clip[1])
+    return s * np.sqrt(np.clip(factor, *tol.scale_clip)), asked
+
+
+def _probe_rms(ctx, s, *, rng):
+    """The root mean square of the step positions seen by ``tol.probe_configs`` configurations
+    with :math:`|u|=|q|=s` (0 when none shows a step)."""
     seen = []
-    for _ in range(tol.probe_configs):
-        u, q = _unit(rng, d) * s0, _unit(rng, d) * s0
+    for _ in range(ctx.tol.probe_configs):
+        u, q = _unit(rng, ctx.d) * s, _unit(rng, ctx.d) * s
         F, sd = ctx.config(u, q)
-        _, c, g, _ = fit_config(ctx.z, F, sd, H, ends=ctx.ends(u, q))
+        _, c, g, _ = fit_config(ctx.z, F, sd, ctx.H, ends=ctx.ends(u, q))
         seen.extend(c[np.abs(g) > 1e-3 * np.max(np.abs(g))])
-    rms = np.sqrt(np.mean(np.square(seen))) if seen else 0.0
-    factor = np.clip(tol.spread / max(rms, 1e-12), *tol.scale_clip)
-    return s0 * np.sqrt(factor)
+    return np.sqrt(np.mean(np.square(seen))) if seen else 0.0
 
 
 def _unit(rng, d):

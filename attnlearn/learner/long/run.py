@@ -126,7 +126,7 @@ def learn_long(ask, opt, tol):
                tol=lt, rng=rng, family=opt.family)
     start = ask.queries
     ctx.V, ctx.V_sd = ask_V(ctx)
-    scale = probe_scale(ctx, rng=rng)
+    scale, reprobes = probe_scale(ctx, rng=rng)
     U, groups, redrawn, redraw_queries = draw_groups(ctx, scale, rng=rng)
     perms, margins = link_groups(ctx, U, groups, scale, rng=rng)
     W, v, Uinv = solve_heads(U, groups, perms)
@@ -135,8 +135,10 @@ def learn_long(ask, opt, tol):
     check_V(v, ctx.V, estimate)
     model = (AttentionLayer(W[:, :, :d], v, c=W[:, :, d], b=np.asarray(ctx.beta)) if ctx.family.affine
              else canonical(MultiHeadAttention(W, v)))
-    queries = {"design": ask.queries - start - redraw_queries, "constants": 0, "redraws": redraw_queries,
+    queries = {"design": ask.queries - start - redraw_queries - reprobes, "constants": 0, "redraws": redraw_queries,
                "holdout": 0}
+    if reprobes:
+        queries["scale"] = reprobes
     Fscale = max(np.max(np.abs(ctx.V)) * scale + abs(ctx.beta), 1e-300)  # beta = 0 without biases
     eps_out = absolute + ctx.relative * Fscale + 4 * np.finfo(float).eps * Fscale
     diag = Diagnostics(labels=[f"group({k + 1})" for k in range(d)], pairs=[(int(L - bb), int(bb)) for bb in b],
