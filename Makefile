@@ -72,7 +72,7 @@ sweeps: install
 
 book: install
 	rm -rf _build/html
-	$(BIN)/jupyter-book build . $(JB_FLAGS)
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/jupyter-book build . $(JB_FLAGS)
 
 # Order matters (make runs prerequisites left to right and stops at the first
 # failure): the fast checks first, then the book build (~2 min, executes every
@@ -95,8 +95,11 @@ unit-test-perturbed: install
 # Strict nbval (not --nbval-lax): every stored output must be reproduced.
 # --nbval-current-env runs the notebooks with this venv's Python regardless of
 # the kernelspec recorded in the notebook.
-NBVAL := $(BIN)/python -m pytest -p no:cacheprovider --nbval --nbval-current-env \
-	    --nbval-sanitize-with book/sanitize.cfg book/
+# One BLAS thread: the stored outputs do not depend on it, and a second thread spinning beside a
+# busy core slowed chapter 7 several times over on a loaded 2-core machine (15 CPU minutes short
+# of its fifth cell, against under 3 for the whole chapter with one thread).
+NBVAL := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -p no:cacheprovider --nbval \
+	    --nbval-current-env --nbval-sanitize-with book/sanitize.cfg book/
 nb-test: install
 	$(NBVAL)
 

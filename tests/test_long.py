@@ -362,3 +362,25 @@ def test_origin_fits_minus_kappa_from_the_candidate_and_refuses_a_foreign_one():
     with pytest.raises(IllConditionedError, match=r"origin \(q = 0\) is not fitted .* jointly with the anchor's "
                                                    r"candidate .*: its score biases cannot be placed"):
         long_passes._origin(ctx, u, g2, foreign)
+
+
+@pytest.mark.parametrize("scale, reprobes", [(1.0, 0), (1e-3, 1), (1e-5, 3)])
+def test_a_small_model_is_probed_again_at_larger_scales(scale, reprobes):
+    """Steps crowded within a few hundredths of a nat (W scaled down, as a layer initialised
+    N(0, 0.02^2)): the probe is asked again at 16 times the |u||q| (each round of four
+    configurations reported in queries["scale"], outside the design's long_cost count) until the
+    steps spread, and the model is learned; at unit scale no probe is repeated. The positions are
+    bilinear in u and q, so each round moves them 16 times: a correction of about 2000 at 1e-3
+    takes one round (2464, then 127), 3e5 at 1e-5 three (3e5, 9544, 770, 40): every correction at
+    least twice away from the threshold 256."""
+    d, H = 3, 2
+    model = random_model(H, d, seed=5, scale=scale)
+    oracle = Oracle(model)
+    rec = learn(oracle, d, heads=H, design="long", max_length=L, seed=5)
+    parts, _ = long_cost(d, H, L, tol=LongTolerances())
+    probe = parts["probe"]
+    assert rec.queries.get("scale", 0) == reprobes * probe
+    assert rec.queries["design"] == sum(parts.values()) and rec.queries["redraws"] == 0
+    assert oracle.queries == rec.queries["total"]
+    err = param_error(rec.model, canonical(model))
+    assert err <= rec.error_estimate <= 1e-6
