@@ -1,5 +1,5 @@
-"""Benchmark: the learner's frontier on PyTorch layers of real size (issue 30, item 1 "Measure
-first"). A script, not a test.
+"""Benchmark: the learner's frontier on PyTorch layers of real size, today's designs through robust
+mode and its fallback (the baseline a rank-aware design is measured against). A script, not a test.
 
     python benchmarks/scale.py --d 16 --heads 2 4 --models 5 --json benchmarks/results/scale_baseline.json
     python benchmarks/scale.py --d 32 --heads 2 4 --models 5 --timeout 1800 --json PATH
