@@ -451,7 +451,8 @@ def plan(attention, oracle, *, seed=0):
 
     ``bias=True`` when the module has biases. A vector oracle (no read-out) is learned by
     :func:`attnlearn.vector.learn_vector`, which takes the paper's design without biases only:
-    a module with biases, or in float32, is refused there with the reason.
+    a module with biases, or in float32, is refused here, before the float32 noise measurement,
+    with the reason.
 
     Returns
     -------

@@ -23,8 +23,8 @@ L=4096`` (a float64 module: the learner's own model of float64 rounding), and ``
 max_length=4096`` (robust mode allowed to fall back to ``design="long"`` at 4096 tokens where the
 paper's design raises or returns an estimate above 1e-6; a record's ``fallback`` says why); scored
 with :func:`attnlearn.param_error` against ``canonical(from_torch(module, readout=r))``. Mode
-``extract`` calls :func:`attnlearn.torch.extract` instead, which reads the module and chooses the
-design and options itself (:func:`attnlearn.torch.plan`). With ``--init small`` the projection
+``extract`` runs :func:`attnlearn.torch.extract`'s stages on the benchmark's oracle: the options
+:func:`attnlearn.torch.plan` reads off the module, then ``learn``. With ``--init small`` the projection
 weights (``in_proj_weight``, ``out_proj.weight``) are redrawn N(0, 0.02²) after the
 initialisation, the convention of GPT-2 and BERT that most language models follow.
 
@@ -79,7 +79,7 @@ import torch
 
 from attnlearn import RecoveryError, canonical, learn, param_error
 from attnlearn.learner.paper.bias import bias_error
-from attnlearn.torch import TorchOracle, extract, from_torch
+from attnlearn.torch import TorchOracle, attention_of, from_torch, plan
 
 
 def target(H, dtype):
@@ -111,12 +111,14 @@ def run(d, H, i, *, mode, dtype, bias="none", init="default"):
     r = np.random.default_rng(i).normal(size=d)
     oracle = TorchOracle(module, readout=r)
     kw = dict(MODES[mode])
-    if kw.get("design") == "long" and dtype == "float32":  # its noise on the design's ratio queries
+    if mode == "extract":  # extract's own stages on this oracle, so that a raise's queries are counted
+        kw = dict(plan(attention_of(module), oracle, seed=i).options)
+    elif kw.get("design") == "long" and dtype == "float32":  # its noise on the design's ratio queries
         kw["relative_error"] = oracle.ratio_noise(kw["max_length"], seed=i)
     elif dtype == "float32":
         kw["output_error"] = oracle.error_bound(seed=i)  # tokens up to norm 8 (scale="probe")
     if bias != "none":
-        kw["bias"] = True
+        kw["bias"] = True  # (extract's plan has it already)
         truth = from_torch(module, readout=r)
     else:
         truth = canonical(from_torch(module, readout=r))
@@ -124,7 +126,7 @@ def run(d, H, i, *, mode, dtype, bias="none", init="default"):
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            rec = extract(module, readout=r, seed=i) if mode == "extract" else learn(oracle, d, heads=H, seed=i, **kw)
+            rec = learn(oracle, d, heads=H, seed=i, **kw)
     except RecoveryError as exc:
         return {"raised": type(exc).__name__, "message": str(exc), "queries": oracle.queries,
                 "cpu": time.process_time() - cpu}
