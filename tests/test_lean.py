@@ -319,10 +319,14 @@ def test_extra_sample_variant_in_float64_is_within_its_estimate_or_raises():
     assert returned >= 3
 
 
-@pytest.mark.parametrize("kwargs", [{"bias": True}, {"scale": "search"}])
-def test_lean_refuses_the_paper_designs_bias_and_scale_search(kwargs):
+@pytest.mark.parametrize("kwargs, match", [
+    ({"bias": True}, r'bias=True is an option of design="paper" \(the lean design learns the paper'),
+    ({"scale": "search"}, r"scale='search' is an option of design=\"paper\" \(design=\"lean\" finds its own scale\)"),
+    ({"scale": "probe"}, r"scale='probe' is an option of design=\"paper\""),
+])
+def test_lean_refuses_the_paper_designs_bias_and_scale(kwargs, match):
     oracle = Oracle(al.model.random_model(2, 2, seed=0))
-    with pytest.raises(ValueError, match=r'bias=True and scale="search" are options of design="paper"'):
+    with pytest.raises(ValueError, match=match):
         al.learn(oracle, 2, heads=2, design="lean", **kwargs)
     assert oracle.queries == 0
 

@@ -1,4 +1,5 @@
-"""attnlearn.learner.scale: the query scale found from the probe (scale="probe") or searched (scale="search")."""
+"""attnlearn.learner.paper.scale: the query scale found from the probe (scale="probe"), searched
+(scale="search"), or searched when the probe finds the layer small (scale="auto", the default)."""
 
 import numpy as np
 import pytest
@@ -9,17 +10,46 @@ from attnlearn.learner.tolerances import Tolerances
 from attnlearn.model import random_model
 
 
-def test_probe_is_the_old_rule_and_the_default():
+def test_probe_is_the_old_rule():
     m = random_model(2, 4, seed=2, scale=0.02)  # a small layer: the probe wants a factor far above 4
-    rec = learn(Oracle(m), 4, heads=2, seed=2)
+    rec = learn(Oracle(m), 4, heads=2, seed=2, scale="probe")
     assert rec.diagnostics.scale["factor"] == 4.0 and rec.diagnostics.scale["probe_scales"] == [1.0]
+    assert rec.diagnostics.scale["rule"] == "probe"
     assert "scale" not in rec.queries and rec.queries["design"] == 4 * 2 * 16 - 4 + 1
     wide = learn(Oracle(m), 4, heads=2, seed=2, scale="search")
     assert 4.0 < wide.diagnostics.scale["factor"] <= Tolerances.scale_wide
+    assert wide.diagnostics.scale["rule"] == "search"
     assert wide.queries == rec.queries  # no re-probe: the probe fitted; the count is the paper's
     truth = canonical(m)
     assert param_error(wide.model, truth) < param_error(rec.model, truth) / 10
     assert param_error(wide.model, truth) <= wide.error_estimate
+
+
+@pytest.mark.parametrize("scale, rule", [(1.0, "probe"), (0.1, "probe"), (1e-3, "search"), (1e-4, "search")])
+def test_auto_searches_only_a_small_layer(scale, rule):
+    # the same model at four scales: the probe's max|ell| is 1.16 * scale, against the threshold
+    # spread / 256 = 0.0078 (robust mode's spread 2), a factor of 4 or more away on either side
+    m = random_model(2, 4, seed=2, scale=scale)
+    rec = learn(Oracle(m), 4, heads=2, seed=2, robust=True)
+    sc = rec.diagnostics.scale
+    small = 2 * Tolerances.scale_small
+    assert sc["rule"] == rule
+    assert sc["probe_max_abs_ell"] / sc["probe_scales"][-1] < small / 4 if rule == "search" else \
+        sc["probe_max_abs_ell"] > 4 * small
+    same = learn(Oracle(m), 4, heads=2, seed=2, robust=True, scale=rule)  # "auto" is the rule it chose
+    assert same.queries == rec.queries and param_error(same.model, rec.model) == 0
+    assert param_error(rec.model, canonical(m)) <= min(rec.error_estimate, 1e-6)
+    if rule == "search":  # the clipped rule leaves the poles within 0.005 nats: no pairing, no fit
+        with pytest.raises(RecoveryError, match=r"^link\(\d,\d\): no (pairing fits|well-posed interpolation)"), \
+                np.errstate(all="ignore"):
+            learn(Oracle(m), 4, heads=2, seed=2, robust=True, scale="probe")
+
+
+def test_auto_is_the_clipped_rule_in_exact_mode():
+    m = random_model(2, 2, seed=0, scale=1e-3)
+    rec = learn(Oracle(m, precision=30), 2, heads=2)
+    assert rec.diagnostics.scale["rule"] == "probe" and rec.diagnostics.scale["factor"] == 4.0
+    assert rec.queries["design"] == 4 * 2 * 4 - 4 + 1
 
 
 def test_one_head_keeps_the_clip():
@@ -50,16 +80,20 @@ class CrowdedProbes:
         return self.real.batch(Xs)
 
 
-@pytest.mark.parametrize("H, probes, seed", [(2, 2, 1), (2, 3, 0), (3, 2, 1), (3, 3, 3)])
-def test_crowded_probe_is_reprobed_and_counted(H, probes, seed):
+@pytest.mark.parametrize("H, probes, seed, rule", [(2, 2, 1, "search"), (2, 3, 0, "search"), (3, 2, 1, "search"),
+                                                   (3, 3, 3, "search"), (2, 3, 0, "auto"), (3, 3, 3, "auto")])
+def test_crowded_probe_is_reprobed_and_counted(H, probes, seed, rule):
+    # "auto" searches the layers of scale 1/256 (the probe's max|ell| 0.002-0.0023, 3.4 times below
+    # the threshold 0.0078)
     d = 4
     m = random_model(H, d, seed=seed, scale=16.0 ** (1 - probes))  # the last probe's scale gives |ell| ~ 1
-    # the old rule keeps the crowded probe's one head, which the design's other configurations contradict
+    # the clipped rule keeps the crowded probe's one head, which the design's other configurations contradict
     with pytest.raises(RecoveryError, match=r"\b(base|link)\(\d+,\d+\)|\bcross\(\d+\)"), np.errstate(all="ignore"):
-        learn(CrowdedProbes(m, 1), d, heads=H, seed=seed, robust=True)
+        learn(CrowdedProbes(m, 1), d, heads=H, seed=seed, robust=True, scale="probe")
     oracle = CrowdedProbes(m, probes - 1)
     with np.errstate(all="ignore"):
-        rec = learn(oracle, d, heads=H, seed=seed, robust=True, scale="search")
+        rec = learn(oracle, d, heads=H, seed=seed, robust=True, scale=rule)
+    assert rec.diagnostics.scale["rule"] == "search"
     assert oracle.left == 0  # every crowded probe was asked, and nothing else was answered crowded
     scales = rec.diagnostics.scale["probe_scales"]
     assert scales == [16.0 ** i for i in range(probes)]
@@ -89,13 +123,13 @@ def test_a_probe_that_never_fits_raises_after_the_rounds():
     assert oracle.asked == (1 + Tolerances.scale_rounds) * (2 * H + 1)  # the first probe, then 3 re-probes
     oracle = Noise()
     with pytest.raises(RecoveryError, match=r"base\(1,1\)"), np.errstate(all="ignore"):
-        learn(oracle, 3, heads=H)
+        learn(oracle, 3, heads=H, scale="probe")
     assert oracle.asked == 2 * H + 1
 
 
 def test_scale_argument_is_checked():
     m = random_model(1, 2, seed=0)
-    with pytest.raises(ValueError, match=r'scale must be "probe" or "search", got \'wide\''):
+    with pytest.raises(ValueError, match=r'scale must be "auto", "probe" or "search", got \'wide\''):
         learn(Oracle(m), 2, heads=1, scale="wide")
     with pytest.raises(ValueError, match=r'scale="search" is a float64 mode'):
         learn(Oracle(m, precision=30), 2, heads=1, scale="search")

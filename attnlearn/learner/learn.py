@@ -30,7 +30,7 @@ __all__ = ["learn"]
 
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method=None, redraw_rounds=None, nodes=None, max_queries=MAX_QUERIES,
-          max_length=None, scale="probe", bias=False, design="paper", relative_error=None, accuracy=None,
+          max_length=None, scale="auto", bias=False, design="paper", relative_error=None, accuracy=None,
           fallback="auto"):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
@@ -115,13 +115,17 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :data:`~attnlearn.learner.tolerances.LONG_MIN_LENGTH`): every ratio query is
         ``max_length`` tokens long. Given (at least that) with ``robust`` and ``heads``, it
         allows robust mode's fallback to the long design.
-    scale : {"probe", "search"}, keyword-only
-        How the query scale is found (:mod:`attnlearn.learner.scale`, chapter 7): ``"probe"``
-        (default), the probe's factor clipped to :math:`[1/16,4]`; ``"search"`` (float64 only,
-        for layers much smaller than the paper's random models, such as PyTorch's default
-        initialisation), a factor up to 64 when the probe finds two or more heads, and
-        re-probes at larger scales when the probe's fit fails (:math:`2n+1` queries each,
-        reported in ``recovery.queries["scale"]``, not counted by ``max_queries``).
+    scale : {"auto", "probe", "search"}, keyword-only
+        How the paper's design finds its query scale (:mod:`attnlearn.learner.paper.scale`,
+        chapter 7): ``"probe"``, the probe's factor clipped to :math:`[1/16,4]`; ``"search"``
+        (float64 only), a factor up to 64 when the probe finds two or more heads, and re-probes
+        at larger scales while the probe's poles crowd (its fit fails, or it finds fewer than
+        ``heads``; :math:`2n+1` queries each, reported in ``recovery.queries["scale"]``, not
+        counted by ``max_queries``); ``"auto"`` (default), the search when the probe finds the
+        layer small (its :math:`\max_h|\ell_h|` below ``spread`` / 256, as in layers initialised
+        :math:`\mathcal N(0,0.02^2)`), else the clipped rule; ``recovery.diagnostics.scale["rule"]``
+        says which. Exact mode always uses the clipped rule. The other designs find their own
+        scale and take only the default.
     bias : bool, keyword-only
         Learn score biases :math:`c_h` (score :math:`x_i^\top(W_hx_N+c_h)`) and an output
         offset :math:`\beta` besides the heads, as PyTorch's ``bias=True`` adds
@@ -185,8 +189,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         An argument out of range (e.g. ``redraw_rounds=-1``, ``output_error=nan``), naming it;
         options that do not go together (an option the design does not use, named with the design,
         :data:`~attnlearn.learner.options.UNUSED`: e.g. ``design="lean"`` with ``robust=True``,
-        ``nodes=``, ``method=``, ``bias=True`` or ``scale="search"``; ``design="long"`` with
-        ``method=``, ``nodes=``, ``spread=`` or ``redraw_rounds=``; ``scale="search"`` in exact mode;
+        ``nodes=``, ``method=``, ``bias=True`` or ``scale=``; ``design="long"`` with
+        ``method=``, ``nodes=``, ``spread=``, ``redraw_rounds=`` or ``scale=``; ``scale="search"`` in exact mode;
         ``fallback="long"`` without robust mode, ``heads`` or a long enough ``max_length``); or a request
         costing more than ``max_queries`` queries or ``max_length`` tokens per query, with its
         count and longest query. All are raised before any query.

@@ -24,6 +24,8 @@ PAPER_METHOD, PAPER_REDRAW_ROUNDS = "linearised", 4
 
 #: The values of ``learn(fallback=...)``.
 FALLBACKS = ("auto", "long", None)
+#: ``learn``'s ``scale`` rules (:mod:`~.paper.scale`).
+SCALES = ("auto", "probe", "search")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Request:
     nodes: object = None
     max_queries: object = MAX_QUERIES
     max_length: object = None
-    scale: object = "probe"
+    scale: object = "auto"
     bias: object = False
     design: object = "paper"
     relative_error: object = None
@@ -85,7 +87,7 @@ class PaperOptions(Options):
     method: str = PAPER_METHOD
     redraw_rounds: int = PAPER_REDRAW_ROUNDS
     nodes: str = "copies"
-    scale: str = "probe"
+    scale: str = "auto"
     family: Family = LINEAR
     fallback: int = 0
     fallback_above: float = FALLBACK_ESTIMATE
@@ -202,8 +204,9 @@ def build_options(oracle, d, request):
     refuse_unused(req.design, {"method": req.method, "nodes": req.nodes, "spread": req.spread,
                                "redraw_rounds": req.redraw_rounds})
     if req.design == "long":
-        if req.scale != "probe":
-            raise ValueError('scale="search" is an option of design="paper" (design="long" finds its own scale)')
+        if req.scale != "auto":
+            raise ValueError(f'scale={req.scale!r} is an option of design="paper" (design="long" finds its own '
+                             'scale)')
         return _long_options(oracle, d, req)
     if req.relative_error is not None:
         raise ValueError(f'relative_error is an option of design="long" (design="{req.design}" takes output_error)')
@@ -236,16 +239,19 @@ def _paper_or_lean_options(oracle, d, req):
     seed = check_seed(req.seed)
     output_error = _output_error(req.output_error, oracle)
     redraw_rounds = check_count(redraw_rounds, "redraw_rounds", 0)
-    if req.scale not in ("probe", "search"):
-        raise ValueError(f'scale must be "probe" or "search", got {req.scale!r}')
+    if not isinstance(req.scale, str) or req.scale not in SCALES:
+        raise ValueError(f'scale must be "auto", "probe" or "search", got {req.scale!r}')
     if req.scale == "search" and oracle.exact:
         raise ValueError('scale="search" is a float64 mode: exact mode keeps the paper\'s count (scale="probe")')
+    scale = "probe" if oracle.exact else req.scale  # exact mode's digits resolve crowded poles
     bias = check_flag(req.bias, "bias")
     max_queries = check_count(req.max_queries, "max_queries")
     max_length = check_count(max_length, "max_length")
-    if design == "lean" and (bias or req.scale != "probe"):
-        raise ValueError('bias=True and scale="search" are options of design="paper" (the lean design learns '
-                         "the paper's model at the probe's scale)")
+    if design == "lean" and bias:
+        raise ValueError('bias=True is an option of design="paper" (the lean design learns the paper\'s model, '
+                         'without biases)')
+    if design == "lean" and req.scale != "auto":
+        raise ValueError(f'scale={req.scale!r} is an option of design="paper" (design="lean" finds its own scale)')
     parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias, design=design)
     fallback = _fallback(req, robust=robust, n=n, max_length=max_length)
     if fallback:  # the long design's queries too, should the paper's fail
@@ -257,7 +263,7 @@ def _paper_or_lean_options(oracle, d, req):
                            spread=spread), tol
     return PaperOptions(d, n, req.heads is not None, seed=seed, holdout=holdout, output_error=output_error,
                         robust=robust, spread=spread, method=method, redraw_rounds=redraw_rounds, nodes=nodes,
-                        scale=req.scale, family=family_of(bias), fallback=fallback, fallback_hint=req.fallback is not None), tol
+                        scale=scale, family=family_of(bias), fallback=fallback, fallback_hint=req.fallback is not None), tol
 
 
 def _fallback(req, *, robust, n, max_length):

@@ -32,7 +32,10 @@ class Diagnostics:
     condition : array (C,)
         Largest row sum of :math:`|J^{-1}|` of each configuration.
     scale : dict
-        The query scale: ``probe_max_abs_ell`` (the probe's :math:`\max_h|\ell_h|`) and ``factor``.
+        The query scale: ``probe_max_abs_ell`` (the probe's :math:`\max_h|\ell_h|`) and ``factor``;
+        the paper's design adds ``probe_scales`` (each probe's scale) and ``rule``, ``"search"``
+        when the probe found the layer small (or ``scale="search"``), else ``"probe"``
+        (:mod:`~.paper.scale`).
     V : array (d,)
         :math:`V=\sum_hv_h` learned from block 1.
     calibration : dict or None

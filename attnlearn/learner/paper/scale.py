@@ -32,13 +32,20 @@ changes the rule in two places:
   query the design's (both part of the paper's count :math:`4nd^2-2n+1`); each failed probe
   costs :math:`2n+1` queries, reported in ``recovery.queries["scale"]``.
 
-``learn``'s default stays ``scale="probe"``: the paper's random models at :math:`d=16` have
-:math:`\ell` only about 8 times PyTorch's default (standard deviation :math:`1/\sqrt d` against
-about :math:`1/(2d)`), so any rule that widens the factor for the latter also changes runs of
-the former, and measured on chapter 4's frontier the wide factor moved the paper budget's
-median at :math:`(d,H)=(8,2)` from below :math:`10^{-6}` to :math:`4\cdot10^{-6}`. Exact mode
-always keeps the old rule (its digits resolve crowded poles, and the count stays exactly the
-paper's, claim C6).
+``learn``'s default, ``scale="auto"``, uses the search only for a layer the probe finds
+**small**: the probe's :math:`\max_h|\ell_h|` (per unit of probe scale; when its fit fails, the
+:math:`|\ell|` of a one-pole fit, :func:`probe_spread`) below ``spread`` / 256
+(``tol.scale_small``), where even the clipped factor 4 would leave every pole within
+``spread`` / 64 of the others. Layers initialised :math:`\mathcal N(0,0.02^2)` (GPT-2's and
+BERT's convention) have :math:`\max|\ell|` of about :math:`10^{-4}`-:math:`2\cdot10^{-3}` at
+:math:`d=16`; the paper's random models at :math:`d\le16` (chapter 4) at least 0.026 (100 probes
+per :math:`(d,H)`, :math:`H\ge2`), and on them ``"auto"`` is ``"probe"``: the search everywhere would
+cost them accuracy (its wide factor moved the paper budget's median of chapter 4's frontier at
+:math:`(d,H)=(8,2)` from below :math:`10^{-6}` to :math:`4\cdot10^{-6}`). PyTorch's default
+initialisation lies between (0.0025-0.09 at :math:`d=16`, :math:`H=2`): a few of its layers
+are searched. ``scale="probe"`` is the clipped rule always, ``scale="search"`` the search
+always. Exact mode always keeps the clipped rule (its digits resolve crowded poles, and the
+count stays exactly the paper's, claim C6).
 """
 
 from dataclasses import dataclass
@@ -46,11 +53,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import RecoveryError
+from ...rational.degree import fit_known_degree
 from ..asking import ask_probe
 from ..nodes import unit_rows
 from .fitting import fit_probe
 
-__all__ = ["Probe", "find_scale"]
+__all__ = ["Probe", "find_scale", "probe_spread"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,8 @@ class Probe:
         The scale :math:`s` of every probe, in order (``[1.0]`` without re-probing).
     queries : int
         Queries of the probes before the last (0 without re-probing).
+    searched : bool
+        Whether the search rule was used (``scale="search"``, or ``"auto"`` on a small layer).
 
     Used in: chapter 4 (``scale="probe"``) and chapter 7 (``scale="search"``).
     """
@@ -91,6 +101,7 @@ class Probe:
     f: float
     scales: list
     queries: int
+    searched: bool
 
 
 def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
@@ -128,7 +139,8 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
 
     Used in: chapter 4 (``scale="probe"``, every run) and chapter 7 (``scale="search"``).
     """
-    n, heads_given, search = opt.n, opt.heads_given, opt.scale == "search"
+    n, heads_given = opt.n, opt.heads_given
+    search = opt.scale == "search"  # "auto" turns it on once a probe finds the layer small
     log = getattr(ask, "log", None)  # the joint certificate's record of answers (float64 only)
     mark = log.mark if log is not None else 0
     c1, F11 = ask_probe(ask, q1, u11, nodes)
@@ -138,7 +150,9 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
             H, ell = fit_probe(nodes, F11, c1, n, tol=tol, output_error=opt.output_error, method=opt.method)
             failure = None
         except RecoveryError as exc:
-            failure = exc
+            H, ell, failure = 0, None, exc
+        if opt.scale == "auto" and not search:
+            search = probe_spread(nodes, F11, c1, ell, method=opt.method) < s * opt.spread * tol.scale_small
         crowded = failure is not None or (heads_given and H < n)
         if not (search and crowded) or len(scales) > tol.scale_rounds or s >= tol.scale_max:
             break
@@ -154,4 +168,20 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
     top = tol.scale_wide if search and H >= 2 else tol.scale_clip[1]
     f = s * opt.spread / ell if ell > 0 else s
     f = float(np.clip(f, tol.scale_clip[0], top * s))
-    return Probe(c1, q1, F11, u11, H, ell, f, scales, extra)
+    return Probe(c1, q1, F11, u11, H, ell, f, scales, extra, search)
+
+
+def probe_spread(nodes, F11, c1, ell, *, method):
+    r"""How far apart the probe's poles are, for ``scale="auto"``: its fit's :math:`\max_h|\ell_h|`
+    (``ell``), or when that fit failed (``ell`` None) the :math:`|\ell|` of a one-pole fit of
+    its samples: poles crowded at :math:`-1` (:math:`\ell_h\approx0`) are fitted well by one pole
+    near them, which a fit of :math:`n` poles cannot resolve. :math:`\infty` when even that fit
+    fails, or when the probe found no head at all (a zero function: nothing says the layer is
+    small, and no scale makes a head appear)."""
+    if ell is not None:
+        return ell if ell > 0 else np.inf
+    try:
+        fit = fit_known_degree(nodes.ts, F11 - c1, 1, method=method)
+    except RecoveryError:
+        return np.inf
+    return float(np.abs(fit.ell[0, 0]))

@@ -218,6 +218,7 @@ def _diagnostics(asked, nodes, *, V, pre, calib):
     return Diagnostics(
         labels=design.labels, pairs=nodes.pairs, interp_residual=state.residual,
         condition=state.sens.reshape(len(state.F), -1).max(axis=1) if probe.H else np.zeros(len(state.F)),
-        scale={"probe_max_abs_ell": probe.max_abs_ell, "factor": design.f, "probe_scales": probe.scales}, V=V.V,
+        scale={"probe_max_abs_ell": probe.max_abs_ell, "factor": design.f, "probe_scales": probe.scales,
+               "rule": "search" if probe.searched else "probe"}, V=V.V,
         redrawn=pre.redrawn if pre is not None else [], redrawn_blocks=pre.blocks if pre is not None else [],
         calibration=None if calib is None else calib.summary())
