@@ -139,6 +139,12 @@ class Tolerances:
         :math:`(d,H)`, :math:`d\le16`, :math:`H=2,3,4` (chapter 4's): smallest :math:`\max|\ell|` 0.026;
         PyTorch layers with weights :math:`\mathcal N(0,0.02^2)`, :math:`d=16`, 40 per :math:`H`:
         largest 0.002; PyTorch's default initialisation, :math:`d=16`, :math:`H=2`: 0.0025-0.09.
+    scale_resolved : float
+        ``scale="auto"``: the probe's small :math:`\max|\ell|` counts only when it moves the
+        samples by more than 100 times their error bound (:func:`~.paper.scale.is_small`).
+        Without it, 11 of the noise sweep's 25,200 probes with :math:`H\ge2` (chapter 5; every
+        trial at every :math:`\varepsilon` of its grid) were searched, all at
+        :math:`\varepsilon\ge10^{-4}`, where noise made the probe's fit fail.
     scale_step : float
         Re-probing after a failed probe fit (:mod:`~.scale`): each probe 16 times the scale of
         the last.
@@ -233,6 +239,7 @@ class Tolerances:
     scale_clip: tuple = (1 / 16, 4)
     scale_wide: float = 64.0
     scale_small: float = 1 / 256
+    scale_resolved: float = 100.0
     scale_step: float = 16.0
     scale_rounds: int = 3
     scale_max: float = 4096.0

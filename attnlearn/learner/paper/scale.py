@@ -36,7 +36,8 @@ changes the rule in two places:
 **small**: the probe's :math:`\max_h|\ell_h|` (per unit of probe scale; when its fit fails, the
 :math:`|\ell|` of a one-pole fit, :func:`probe_spread`) below ``spread`` / 256
 (``tol.scale_small``), where even the clipped factor 4 would leave every pole within
-``spread`` / 64 of the others. Layers initialised :math:`\mathcal N(0,0.02^2)` (GPT-2's and
+``spread`` / 64 of the others, and resolved above the samples' error (:func:`is_small`: noise
+that makes the probe's fit fail says nothing about the layer's scale). Layers initialised :math:`\mathcal N(0,0.02^2)` (GPT-2's and
 BERT's convention) have :math:`\max|\ell|` of about :math:`10^{-4}`-:math:`2\cdot10^{-3}` at
 :math:`d=16`; the paper's random models at :math:`d\le16` (chapter 4) at least 0.026 (100 probes
 per :math:`(d,H)`, :math:`H\ge2`), and on them ``"auto"`` is ``"probe"``: the search everywhere would
@@ -56,9 +57,9 @@ from ...errors import RecoveryError
 from ...rational.degree import fit_known_degree
 from ..asking import ask_probe
 from ..nodes import unit_rows
-from .fitting import fit_probe
+from .fitting import fit_probe, sample_errors
 
-__all__ = ["Probe", "find_scale", "probe_spread"]
+__all__ = ["Probe", "find_scale", "is_small", "probe_spread"]
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
         except RecoveryError as exc:
             H, ell, failure = 0, None, exc
         if opt.scale == "auto" and not search:
-            search = probe_spread(nodes, F11, c1, ell, method=opt.method) < s * opt.spread * tol.scale_small
+            search = is_small(nodes, F11, c1, ell, s, opt=opt, tol=tol)
         crowded = failure is not None or (heads_given and H < n)
         if not (search and crowded) or len(scales) > tol.scale_rounds or s >= tol.scale_max:
             break
@@ -169,6 +170,20 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
     f = s * opt.spread / ell if ell > 0 else s
     f = float(np.clip(f, tol.scale_clip[0], top * s))
     return Probe(c1, q1, F11, u11, H, ell, f, scales, extra, search)
+
+
+def is_small(nodes, F11, c1, ell, s, *, opt, tol):
+    r"""``scale="auto"``'s test: the probe at scale ``s`` finds the layer small, its
+    :func:`probe_spread` below ``s * opt.spread * tol.scale_small``, and resolves that spread
+    above its output error: a pole :math:`\ell` moves the samples by about
+    :math:`|\ell|\max|G|` (:math:`G=F-c_1`), which must exceed ``tol.scale_resolved`` times the
+    samples' error bound. Noise that hides the heads says nothing about their scale: a probe
+    whose one-pole :math:`\ell` is small only within the noise keeps the clipped rule."""
+    spread = probe_spread(nodes, F11, c1, ell, method=opt.method)
+    if not spread < s * opt.spread * tol.scale_small:
+        return False
+    G = np.abs(np.asarray(F11, dtype=float) - float(c1))
+    return bool(spread * G.max() > tol.scale_resolved * sample_errors(F11, opt.output_error, tol).output)
 
 
 def probe_spread(nodes, F11, c1, ell, *, method):
