@@ -15,7 +15,8 @@ Every model is ``torch.nn.MultiheadAttention(d, H, bias=False, batch_first=True)
 default initialisation (``torch.manual_seed(1000 * H + i)``), read out by a random
 :math:`r` (``numpy`` seed ``i``); learned by :func:`attnlearn.learn` through
 :class:`attnlearn.torch.TorchOracle` in four modes: ``default`` (``learn``'s defaults), ``search``
-(``scale="search"``, :mod:`attnlearn.learner.scale`), ``robust`` (``robust=True``) and
+(``scale="search"``, :mod:`attnlearn.learner.paper.scale`; ``learn``'s default is
+``scale="auto"``, the search only for a layer the probe finds small), ``robust`` (``robust=True``) and
 ``robust+search`` (both), and ``long, L=64``
 (``design="long", max_length=64``, for a float32 module with ``relative_error=oracle.ratio_noise(64)``,
 its noise on ratio queries measured against a float64 copy: chapter 7's float32 section) and ``long,
@@ -67,6 +68,13 @@ Drawn N(0, 1) biases (code 5d52481, with the joint refit; ``--heads 4 --modes "r
 max_length=4096" --bias drawn --json benchmarks/results/torch_float64_fallback_drawn_h4.json``,
 32 min): H = 4 20/20 to 1e-4 (median 1.1e-10, 48370 queries; 19 fell back after a raise, 1 after
 an estimate of 0.47), 0 raised, 0 silent.
+Since ``scale="auto"`` became ``learn``'s default (code 1f35526), the 16 committed runs whose probe
+it searches (of 360 float64 default-init probes replayed, 11; of 20 float32 two-head probes, 4)
+were re-run and replaced in their files; every row keeps its recovered count.
+Projections N(0, 0.02²) (code 1f35526, ``--init small --heads 1 2 4 --modes "robust,
+max_length=4096" --json benchmarks/results/torch_small_fallback.json``, 614 s): H = 1 20/20 to
+1e-6 (median 5.0e-11, 1079 queries), H = 2 20/20 (5.6e-12, 3146, none fell back), H = 4 20/20 to
+1e-4 (1.9e-13, 7638; 4 fell back), 0 raised, 0 silent, largest error/estimate 0.38.
 """
 
 import argparse
