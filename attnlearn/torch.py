@@ -260,9 +260,12 @@ class TorchOracle:
         ----------
         max_norm : float, keyword-only
             Largest token norm to cover. The error grows faster than the tokens (the scores are
-            quadratic in them): cover the learner's queries. With ``learn``'s default
-            ``scale="probe"`` (factor at most 4, directions of length at most 1.2) its tokens have
-            norms below :math:`1.2\cdot(4+1)=6`, and the default 8 covers them.
+            quadratic in them): cover the learner's queries. With the clipped query scale
+            (factor at most 4, directions of length at most 1.2: ``learn``'s default
+            ``scale="auto"`` on a layer the probe does not find small, or ``scale="probe"``) its
+            tokens have norms below :math:`1.2\cdot(4+1)=6`, and the default 8 covers them; the
+            searched scale (a small layer, or ``scale="search"``) asks tokens up to 64 times
+            longer, and its runs raise rather than return when this bound is too small.
         max_length : int, keyword-only
             Longest sequence (``learn`` asks at most :math:`2n+1` tokens: 9 covers 4 heads).
         per_length : int, keyword-only
