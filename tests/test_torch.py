@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from attnlearn import (AccuracyError, ContextLimitError, MultiHeadAttention, Oracle, RecoveryError,  # noqa: E402
                        canonical, learn, param_error)
-from attnlearn.learner.tolerances import FALLBACK_ESTIMATE  # noqa: E402
+from attnlearn.learner.tolerances import FALLBACK_ESTIMATE, Tolerances  # noqa: E402
 from attnlearn.layer import AttentionLayer  # noqa: E402
 from attnlearn.learner.cost import holdout_count  # noqa: E402
 from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError, OracleRefusedError  # noqa: E402
@@ -297,6 +297,26 @@ class _ComplexShortQueries:
                 self.oracle.queries -= int(pair.sum())
                 y[pair] = c + 1.0 / (1.0 + (t[pair] / (Xs.shape[1] - t[pair])) ** 2)
         return y
+
+
+@pytest.mark.parametrize("small, rule", [(True, "search"), (False, "probe")])
+def test_the_default_call_finds_the_scale_of_a_layer_initialised_like_gpt2(small, rule):
+    # projections N(0, 0.02^2): the probe's max|ell| 3.4e-4, 23 times below the threshold
+    # spread / 256 = 0.0078; PyTorch's default initialisation: 0.048, 6 times above it
+    m = layer(16, 2, seed=2000)
+    if small:
+        with torch.no_grad():
+            m.in_proj_weight.normal_(0, 0.02)
+            m.out_proj.weight.normal_(0, 0.02)
+    r = np.random.default_rng(0).normal(size=16)
+    oracle = TorchOracle(m, readout=r)
+    with np.errstate(all="ignore"):
+        rec = learn(oracle, 16, heads=2, seed=0, robust=True, max_length=4096)
+    assert rec.diagnostics.scale["rule"] == rule
+    assert rec.diagnostics.scale["factor"] == (Tolerances.scale_wide if small else 4.0)  # both clipped
+    assert rec.diagnostics.fallback is None and rec.max_length == 5  # no long query was asked
+    assert rec.queries["total"] == oracle.queries < 5000
+    assert param_error(rec.model, canonical(from_torch(m, readout=r))) <= min(rec.error_estimate, 1e-6)
 
 
 def test_robust_falls_back_to_the_long_design_when_the_paper_design_raises():
