@@ -39,10 +39,6 @@ def test_auto_searches_only_a_small_layer(scale, rule):
     same = learn(Oracle(m), 4, heads=2, seed=2, robust=True, scale=rule)  # "auto" is the rule it chose
     assert same.queries == rec.queries and param_error(same.model, rec.model) == 0
     assert param_error(rec.model, canonical(m)) <= min(rec.error_estimate, 1e-6)
-    if rule == "search":  # the clipped rule leaves the poles within 0.005 nats: no pairing, no fit
-        with pytest.raises(RecoveryError, match=r"^link\(\d,\d\): no (pairing fits|well-posed interpolation)"), \
-                np.errstate(all="ignore"):
-            learn(Oracle(m), 4, heads=2, seed=2, robust=True, scale="probe")
 
 
 def test_auto_is_the_clipped_rule_in_exact_mode():
