@@ -342,3 +342,20 @@ def test_lean_zero_function_is_certified_only_without_a_stated_output_error(prec
     assert rec.model.W.dtype == (object if precision != "float64" else float)
     with pytest.raises(IllConditionedError, match=r"no canonical head can be certified, nor their absence"):
         al.learn(Oracle(zero, precision=precision), 2, heads=2, design="lean", output_error=1e-12)
+
+
+@pytest.mark.parametrize("scale, seed", [(1e-3, 1), (1e-3, 3)])
+def test_a_small_layers_first_configuration_is_asked_again_at_its_scale(scale, seed):
+    # the probe's max|ell| of order 1e-4, more than 3 times below spread / 256: with the clipped
+    # factor the poles of the phase-1 configurations would crowd within 1e-2 nats (at 1e-4 the
+    # first fit itself is a knife edge between kernels: the lean design has no re-probe)
+    m = random_model(2, 4, seed=seed, scale=scale)
+    oracle = Oracle(m)
+    r = al.learn(oracle, 4, heads=2, seed=seed, design="lean")
+    assert r.queries["scale"] == 2 * 2  # base(1) again, its 2n samples, apart from the design's count
+    assert r.queries["design"] <= lean_budget(4, 2)[0]
+    assert r.queries["total"] == oracle.queries == sum(v for k, v in r.queries.items() if k != "total")
+    assert r.diagnostics.scale > 100 * 4  # far beyond the clip
+    assert param_error(r.model, canonical(m)) <= min(r.error_estimate, 1e-6)
+    big = al.learn(Oracle(random_model(2, 4, seed=seed)), 4, heads=2, seed=seed, design="lean")
+    assert "scale" not in big.queries and big.diagnostics.scale <= 4  # the same model at unit scale

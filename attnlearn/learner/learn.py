@@ -125,7 +125,9 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         layer small (its :math:`\max_h|\ell_h|` below ``spread`` / 256, as in layers initialised
         :math:`\mathcal N(0,0.02^2)`), else the clipped rule; ``recovery.diagnostics.scale["rule"]``
         says which. Exact mode always uses the clipped rule. The other designs find their own
-        scale and take only the default.
+        scale and take only the default (the lean design asks its first configuration again at
+        the factor that spreads a small layer's poles, :math:`2n` queries in ``recovery.queries["scale"]``;
+        the long design re-probes, :func:`~attnlearn.learner.long.passes.probe_scale`).
     bias : bool, keyword-only
         Learn score biases :math:`c_h` (score :math:`x_i^\top(W_hx_N+c_h)`) and an output
         offset :math:`\beta` besides the heads, as PyTorch's ``bias=True`` adds

@@ -17,6 +17,7 @@ from ...rational.degree import fit_checked, fit_min_degree
 from ..asking import ask_nodes
 from ..heads import check_significant
 from ..nodes import node_pairs, scale_factor
+from ..paper.scale import small_layer
 from ..samples import sample_errors
 from .ask import ask_queries
 
@@ -27,7 +28,8 @@ __all__ = ["PhaseOne", "phase_one", "match_links"]
 class PhaseOne:
     r"""What phase 1 learned: ``m`` canonical heads; per head ``v`` (m, d), ``w0`` (m, d)
     :math:`W_hq_0`; their first-order error bounds ``err_v``, ``err_w0``; ``V``; the query
-    scale ``f``; the links' ``link_margin`` (relative gap to the best wrong pairing)."""
+    scale ``f``; the links' ``link_margin`` (relative gap to the best wrong pairing); ``rescaled``,
+    the queries of base(1) asked again at a small layer's scale (0 otherwise)."""
 
     m: int
     v: np.ndarray
@@ -38,11 +40,15 @@ class PhaseOne:
     f: float
     U: np.ndarray
     link_margin: list = field(default_factory=list)
+    rescaled: int = 0
 
 
 def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     r"""Phase 1: :math:`(q_0)`, the :math:`d` base configurations at :math:`2n` ratio nodes
-    (the first one also sets the query scale, as in :func:`attnlearn.learn`), the
+    (the first one also sets the query scale, as in :func:`attnlearn.learn`; in float64, when it
+    finds a small layer (:func:`~..paper.scale.small_layer`, two or more heads), it is asked again
+    at the factor that spreads its poles (at most ``tol.scale_wide * tol.scale_max``), reported as
+    ``rescaled``), the
     minimal-degree fits, the :math:`d-1` links. Returns :class:`PhaseOne`.
 
     Raises
@@ -67,6 +73,16 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     m, fit1 = fit_min_degree(nodes.ts, F1 - c0, n, tol=err1.residual[0], labels=["base(1)"])
     probe = float(np.max(np.abs(to_float(fit1.ell)))) if m else 0.0
     f = scale_factor(probe, spread, tol)
+    rescaled = 0
+    if not exact and m >= 2 and small_layer(probe, F1, c0, spread=spread, output_error=output_error, tol=tol):
+        # a small layer (chapter 7): its poles crowd at any clipped factor, so base(1) is asked again
+        # at the factor that spreads them about `spread` (2n queries, reported as "scale")
+        f = float(np.clip(spread / probe, tol.scale_clip[0], tol.scale_wide * tol.scale_max))
+        u1 = conv(dirs.base[0] * f)
+        F1 = ask_nodes(ask, u1[None], q0n[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
+        rescaled = nodes.m
+        err1 = sample_errors(F1, output_error, tol)
+        m, fit1 = fit_min_degree(nodes.ts, F1 - c0, n, tol=err1.residual[0], labels=["base(1)"])
     U = np.empty((d, d), dtype=object if exact else float)
     U[0] = u1
     U[1:] = conv(dirs.base[1:] * f)
@@ -80,7 +96,7 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
         fit = fit_checked(nodes.ts, F - c0, 0, tol=errors.residual, labels=labels)
         zero = np.zeros((0, d), dtype=object)
         return PhaseOne(0, zero, zero, np.zeros((0, d)), np.zeros((0, d)), np.zeros(d, dtype=object), f,
-                        to_mp(U)), errors
+                        to_mp(U), rescaled=rescaled), errors
     fit = fit_checked(nodes.ts, F - c0, m, tol=errors.residual, labels=labels)
     if exact:
         check_significant(to_float(fit.ell), to_float(fit.gamma), fit.sens[:, 0] * 2 * errors.output,
@@ -101,7 +117,7 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     err_v = np.array([Uabs @ (fit.sens[:, 1, h] * eps) for h in range(m)])
     err_w0 = np.array([Uabs @ (fit.sens[:, 0, h] * eps) for h in range(m)])
     V = np.array([mpmath.fsum(v[:, k]) for k in range(d)], dtype=object)
-    return PhaseOne(m, v, w0, err_v, err_w0, V, f, U, margins), errors
+    return PhaseOne(m, v, w0, err_v, err_w0, V, f, U, margins, rescaled), errors
 
 
 def match_links(ask, q0, U, c0, fit, errors, *, tol):

@@ -97,19 +97,24 @@ def _learn_lean(access, opt, tol, extra_sample):
         combinations=[b.combinations for b in blocks], check_margin=[b.margin for b in blocks if b.combinations],
         link_margin=p1.link_margin, root_tries=sum(b.tries for b in blocks),
         root_separation=min((b.separation for b in blocks), default=math.inf))
-    return finish(access, _ending(access, start, model, diag, estimate, errors, p1.f), opt=opt, rng=rng, tol=tol)
+    return finish(access, _ending(access, start, model, diag, estimate, errors, p1.f, p1.rescaled), opt=opt,
+                  rng=rng, tol=tol)
 
 
 def _finish_zero(access, p1, errors, start, opt, rng, tol):
     """No canonical head: the zero function (phase 1 alone), checked like any return."""
     diag = LeanDiagnostics(0, p1.f, [], [], [], [], 0, math.inf)
     model = zero_function(opt.d, output_error=opt.output_error, eps_out=errors.output, exact=tol.exact)
-    return finish(access, _ending(access, start, model, diag, 0.0, errors, p1.f), opt=opt, rng=rng, tol=tol)
+    return finish(access, _ending(access, start, model, diag, 0.0, errors, p1.f, p1.rescaled), opt=opt,
+                  rng=rng, tol=tol)
 
 
-def _ending(access, start, model, diag, estimate, errors, f):
+def _ending(access, start, model, diag, estimate, errors, f, rescaled):
     """The lean design's :class:`~attnlearn.learner.finish.Ending`: every query since ``start`` is
-    the design's. Used in: chapter 8."""
-    queries = {"design": access.queries - start, "constants": 0, "redraws": 0, "holdout": 0}
+    the design's, but the ``rescaled`` ones of a small layer's base(1) asked again. Used in:
+    chapter 8."""
+    queries = {"design": access.queries - start - rescaled, "constants": 0, "redraws": 0, "holdout": 0}
+    if rescaled:  # base(1) asked again at a small layer's scale (chapter 7), apart from the design's count
+        queries["scale"] = rescaled
     return Ending(model, queries, diag, estimate=estimate, eps_out=errors.output, f=f,
                   max_length=access.max_length, stated=errors.stated)

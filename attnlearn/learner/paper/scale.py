@@ -53,13 +53,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._arith import to_float
 from ...errors import RecoveryError
 from ...rational.degree import fit_known_degree
 from ..asking import ask_probe
 from ..nodes import unit_rows
 from .fitting import fit_probe, sample_errors
 
-__all__ = ["Probe", "find_scale", "is_small", "probe_spread"]
+__all__ = ["Probe", "find_scale", "is_small", "probe_spread", "small_layer"]
 
 
 @dataclass(frozen=True)
@@ -173,17 +174,26 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
 
 
 def is_small(nodes, F11, c1, ell, s, *, opt, tol):
-    r"""``scale="auto"``'s test: the probe at scale ``s`` finds the layer small, its
-    :func:`probe_spread` below ``s * opt.spread * tol.scale_small``, and resolves that spread
-    above its output error: a pole :math:`\ell` moves the samples by about
-    :math:`|\ell|\max|G|` (:math:`G=F-c_1`), which must exceed ``tol.scale_resolved`` times the
-    samples' error bound. Noise that hides the heads says nothing about their scale: a probe
-    whose one-pole :math:`\ell` is small only within the noise keeps the clipped rule."""
-    spread = probe_spread(nodes, F11, c1, ell, method=opt.method)
-    if not spread < s * opt.spread * tol.scale_small:
+    r"""``scale="auto"``'s test on the paper design's probe at scale ``s``: :func:`small_layer` of its
+    :func:`probe_spread`."""
+    return small_layer(probe_spread(nodes, F11, c1, ell, method=opt.method), F11, c1, s=s, spread=opt.spread,
+                       output_error=opt.output_error, tol=tol)
+
+
+def small_layer(max_abs_ell, F, c, *, s=1.0, spread, output_error, tol):
+    r"""Whether a probe at scale ``s`` whose poles spread ``max_abs_ell`` (:math:`\max_h|\ell_h|`)
+    finds the layer small: below ``s * spread * tol.scale_small``, and resolved above its output
+    error: a pole :math:`\ell` moves the samples ``F`` by about :math:`|\ell|\max|F-c|`, which must
+    exceed ``tol.scale_resolved`` times the samples' error bound. Noise that hides the heads says
+    nothing about their scale: a probe whose :math:`\ell` is small only within the noise keeps the
+    clipped rule.
+
+    Used in: chapter 7 (the paper's design, :func:`is_small`) and chapter 8 (the lean design's
+    first configuration)."""
+    if not max_abs_ell < s * spread * tol.scale_small:
         return False
-    G = np.abs(np.asarray(F11, dtype=float) - float(c1))
-    return bool(spread * G.max() > tol.scale_resolved * sample_errors(F11, opt.output_error, tol).output)
+    G = np.abs(np.asarray(to_float(F), dtype=float) - float(to_float(c)))
+    return bool(max_abs_ell * G.max() > tol.scale_resolved * sample_errors(F, output_error, tol).output)
 
 
 def probe_spread(nodes, F11, c1, ell, *, method):
