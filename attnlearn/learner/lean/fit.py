@@ -12,16 +12,16 @@ import mpmath
 import numpy as np
 
 from ..._arith import mp_solve, to_float, to_mp
-from ...errors import UnmatchedHeadsError
+from ...errors import RecoveryError, UnmatchedHeadsError
 from ...rational.degree import fit_checked, fit_min_degree
 from ..asking import ask_nodes
 from ..heads import check_significant
 from ..nodes import node_pairs, scale_factor
-from ..paper.scale import small_layer
+from ..paper.scale import probe_spread, small_layer
 from ..samples import sample_errors
 from .ask import ask_queries
 
-__all__ = ["PhaseOne", "phase_one", "match_links"]
+__all__ = ["PhaseOne", "first_configuration", "phase_one", "match_links"]
 
 
 @dataclass
@@ -43,12 +43,44 @@ class PhaseOne:
     rescaled: int = 0
 
 
+def first_configuration(ask, u, q0, c0, n, nodes, *, spread, output_error, tol):
+    r"""Phase 1's first configuration base(1) (direction ``u``, final token ``q0``, constant
+    ``c0``): asked, fitted at minimal degree, and the query scale ``f`` set from its
+    :math:`\max_h|\ell_h|` (clipped as in :func:`attnlearn.learn`). In float64, a small layer
+    (:func:`~..paper.scale.small_layer`: two or more heads, or a fit that fails where a one-pole
+    fit finds the poles crowded, :func:`~..paper.scale.probe_spread`) gets base(1) asked again at
+    the factor that spreads its poles about ``spread`` (at most ``tol.scale_wide *
+    tol.scale_max``). Returns ``(u1, F1, m, fit1, f, rescaled)``: the direction and samples the
+    design keeps, the head count and fit, the factor, and the queries of the configuration asked
+    again (0, or :math:`2n`).
+
+    Used in: chapter 8 (and chapter 7's small layers)."""
+    def fitted(F):
+        return fit_min_degree(nodes.ts, F - c0, n, tol=sample_errors(F, output_error, tol).residual[0],
+                              labels=["base(1)"])
+
+    F1 = ask_nodes(ask, u[None], q0[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
+    try:
+        m, fit1 = fitted(F1)
+        probe, failure = (float(np.max(np.abs(to_float(fit1.ell)))) if m else 0.0), None
+    except RecoveryError as exc:
+        if tol.exact or n < 2:
+            raise
+        m, fit1, probe, failure = 0, None, probe_spread(nodes, F1, c0, None, method="linearised"), exc
+    if not tol.exact and (m >= 2 or failure is not None) and \
+            small_layer(probe, F1, c0, spread=spread, output_error=output_error, tol=tol):
+        f = float(np.clip(spread / probe, tol.scale_clip[0], tol.scale_wide * tol.scale_max))
+        u1 = u * f
+        F1 = ask_nodes(ask, u1[None], q0[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
+        return (u1, F1, *fitted(F1), f, nodes.m)
+    if failure is not None:
+        raise failure
+    return u, F1, m, fit1, scale_factor(probe, spread, tol), 0
+
+
 def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     r"""Phase 1: :math:`(q_0)`, the :math:`d` base configurations at :math:`2n` ratio nodes
-    (the first one also sets the query scale, as in :func:`attnlearn.learn`; in float64, when it
-    finds a small layer (:func:`~..paper.scale.small_layer`, two or more heads), it is asked again
-    at the factor that spreads its poles (at most ``tol.scale_wide * tol.scale_max``), reported as
-    ``rescaled``), the
+    (the first one also sets the query scale: :func:`first_configuration`), the
     minimal-degree fits, the :math:`d-1` links. Returns :class:`PhaseOne`.
 
     Raises
@@ -67,22 +99,8 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     nodes = node_pairs(n, "ratios")
     q0n = conv(to_float(q0))  # q0 is drawn in float64: exact either way
     c0 = ask(q0n[None, None, :], "the query (q_0)")[0]
-    u1 = conv(dirs.base[0])
-    F1 = ask_nodes(ask, u1[None], q0n[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
-    err1 = sample_errors(F1, output_error, tol)
-    m, fit1 = fit_min_degree(nodes.ts, F1 - c0, n, tol=err1.residual[0], labels=["base(1)"])
-    probe = float(np.max(np.abs(to_float(fit1.ell)))) if m else 0.0
-    f = scale_factor(probe, spread, tol)
-    rescaled = 0
-    if not exact and m >= 2 and small_layer(probe, F1, c0, spread=spread, output_error=output_error, tol=tol):
-        # a small layer (chapter 7): its poles crowd at any clipped factor, so base(1) is asked again
-        # at the factor that spreads them about `spread` (2n queries, reported as "scale")
-        f = float(np.clip(spread / probe, tol.scale_clip[0], tol.scale_wide * tol.scale_max))
-        u1 = conv(dirs.base[0] * f)
-        F1 = ask_nodes(ask, u1[None], q0n[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
-        rescaled = nodes.m
-        err1 = sample_errors(F1, output_error, tol)
-        m, fit1 = fit_min_degree(nodes.ts, F1 - c0, n, tol=err1.residual[0], labels=["base(1)"])
+    u1, F1, m, fit1, f, rescaled = first_configuration(ask, conv(dirs.base[0]), q0n, c0, n, nodes, spread=spread,
+                                                        output_error=output_error, tol=tol)
     U = np.empty((d, d), dtype=object if exact else float)
     U[0] = u1
     U[1:] = conv(dirs.base[1:] * f)
