@@ -264,8 +264,9 @@ class TorchOracle:
             (factor at most 4, directions of length at most 1.2: ``learn``'s default
             ``scale="auto"`` on a layer the probe does not find small, or ``scale="probe"``) its
             tokens have norms below :math:`1.2\cdot(4+1)=6`, and the default 8 covers them; the
-            searched scale (a small layer, or ``scale="search"``) asks tokens up to 64 times
-            longer, and its runs raise rather than return when this bound is too small.
+            searched scale (a small layer, or ``scale="search"``) asks far longer tokens (its factor
+            reaches 64 times the last probe's scale, up to :math:`64\cdot4096`): cover them with
+            ``max_norm``.
         max_length : int, keyword-only
             Longest sequence (``learn`` asks at most :math:`2n+1` tokens: 9 covers 4 heads).
         per_length : int, keyword-only

@@ -110,6 +110,7 @@ def test_fit_config_recovers_steps_and_ratio_grid():
     (dict(relative_error=1e-8), ValueError, 'relative_error is an option of design="long"'),
     (dict(design="long", max_length=4096, scale="search"), ValueError, "scale='search' is an option of design="),
     (dict(design="long", max_length=4096, scale="probe"), ValueError, "scale='probe' is an option of design="),
+    (dict(design="long", max_length=4096, scale="wide"), ValueError, 'scale must be "auto", "probe" or "search", got'),
     (dict(design="long", max_length=4096, bias="yes"), TypeError, "bias must be True or False"),
 ])
 def test_bad_input(kw, exc, match):

@@ -6,6 +6,8 @@ import pytest
 
 from attnlearn import MultiHeadAttention, Oracle, RecoveryError, canonical, learn, param_error
 from attnlearn.learner.cost import holdout_count
+from attnlearn.learner.nodes import node_pairs
+from attnlearn.learner.paper.scale import small_layer
 from attnlearn.learner.tolerances import Tolerances
 from attnlearn.model import random_model
 
@@ -117,10 +119,11 @@ def test_a_probe_that_never_fits_raises_after_the_rounds():
         learn(oracle, 3, heads=H, scale="search")
     assert Tolerances.scale_rounds == 3
     assert oracle.asked == (1 + Tolerances.scale_rounds) * (2 * H + 1)  # the first probe, then 3 re-probes
-    oracle = Noise()
-    with pytest.raises(RecoveryError, match=r"base\(1,1\)"), np.errstate(all="ignore"):
-        learn(oracle, 3, heads=H, scale="probe")
-    assert oracle.asked == 2 * H + 1
+    for scale in ("probe", "auto"):  # noise is not a small layer: "auto" does not re-probe it
+        oracle = Noise()
+        with pytest.raises(RecoveryError, match=r"base\(1,1\)"), np.errstate(all="ignore"):
+            learn(oracle, 3, heads=H, scale=scale)
+        assert oracle.asked == 2 * H + 1
 
 
 def test_scale_argument_is_checked():
@@ -129,3 +132,17 @@ def test_scale_argument_is_checked():
         learn(Oracle(m), 2, heads=1, scale="wide")
     with pytest.raises(ValueError, match=r'scale="search" is a float64 mode'):
         learn(Oracle(m, precision=30), 2, heads=1, scale="search")
+
+
+def test_a_small_spread_counts_only_when_the_samples_resolve_it():
+    # samples of two poles at ell = +-1e-3 (gamma 1 each) at the nodes t = 1..4, constant 0:
+    # max|ell| = 1e-3 is below spread / 256 = 0.0039, and max|ell| max|F - c| = 1e-3 is resolved when
+    # it exceeds 100 times the samples' error bound (1e-6 at 1e-8: 1000 times; 1e-2 at 1e-4: not)
+    tol = Tolerances.for_mode(exact=False)
+    t = np.array(node_pairs(2, "copies").ts, dtype=float)
+    F = (1 / (1 + np.exp(1e-3) * t) + 1 / (1 + np.exp(-1e-3) * t))[None, :]
+    assert small_layer(1e-3, F, 0.0, spread=1.0, output_error=None, tol=tol)  # float64 rounding: resolved
+    assert small_layer(1e-3, F, 0.0, spread=1.0, output_error=1e-8, tol=tol)
+    assert not small_layer(1e-3, F, 0.0, spread=1.0, output_error=1e-4, tol=tol)
+    assert not small_layer(0.01, F, 0.0, spread=1.0, output_error=None, tol=tol)  # above the threshold
+    assert small_layer(0.01, F, 0.0, spread=4.0, output_error=None, tol=tol)  # ... which scales with spread

@@ -105,8 +105,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :math:`4nd^2-2n+1`, robust mode's :math:`d-1` constants and the verification queries
         (:func:`holdout_count`: up to 4 check queries, then random sequences, at least one of
         every length up to :math:`2n+1`), and the long design's queries when robust mode may
-        fall back to it (``robust``); robust mode's redraws
-        depend on the answers and are not counted. Default
+        fall back to it (``robust``); robust mode's redraws and the re-probes of a small layer's
+        scale (``scale``) depend on the answers and are not counted. Default
         :data:`~attnlearn.learner.tolerances.MAX_QUERIES` (:math:`10^7`).
     max_length : int, keyword-only
         Refuse, before any query, a request whose longest query (:math:`2n+1` tokens) is
@@ -123,11 +123,15 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``heads``; :math:`2n+1` queries each, reported in ``recovery.queries["scale"]``, not
         counted by ``max_queries``); ``"auto"`` (default), the search when the probe finds the
         layer small (its :math:`\max_h|\ell_h|` below ``spread`` / 256, as in layers initialised
-        :math:`\mathcal N(0,0.02^2)`), else the clipped rule; ``recovery.diagnostics.scale["rule"]``
-        says which. Exact mode always uses the clipped rule. The other designs find their own
-        scale and take only the default (the lean design asks its first configuration again at
-        the factor that spreads a small layer's poles, :math:`2n` queries in ``recovery.queries["scale"]``;
-        the long design re-probes, :func:`~attnlearn.learner.long.passes.probe_scale`).
+        :math:`\mathcal N(0,0.02^2)`, and resolved above 100 times the answers' error bound; when
+        the probe's fit fails, a one-pole fit's :math:`|\ell|`), else the clipped rule;
+        ``recovery.diagnostics.scale["rule"]`` says which. Layers a little above that threshold
+        (up to about ``spread`` / 16, four heads at PyTorch's default initialisation) may still
+        crowd at the clipped factor and raise: ``scale="search"`` serves them. Exact mode always
+        uses the clipped rule. The other designs find their own scale and take only the default
+        (in float64 the lean design asks its first configuration again at the factor that spreads
+        a small layer's poles, :math:`2n` queries in ``recovery.queries["scale"]``; the long design
+        re-probes, :func:`~attnlearn.learner.long.passes.probe_scale`).
     bias : bool, keyword-only
         Learn score biases :math:`c_h` (score :math:`x_i^\top(W_hx_N+c_h)`) and an output
         offset :math:`\beta` besides the heads, as PyTorch's ``bias=True`` adds

@@ -203,10 +203,12 @@ def build_options(oracle, d, request):
                          f'design="{req.design}")')
     refuse_unused(req.design, {"method": req.method, "nodes": req.nodes, "spread": req.spread,
                                "redraw_rounds": req.redraw_rounds})
+    if not isinstance(req.scale, str) or req.scale not in SCALES:
+        raise ValueError(f'scale must be "auto", "probe" or "search", got {req.scale!r}')
+    if req.design != "paper" and req.scale != "auto":
+        raise ValueError(f'scale={req.scale!r} is an option of design="paper" (design="{req.design}" finds its own '
+                         'scale)')
     if req.design == "long":
-        if req.scale != "auto":
-            raise ValueError(f'scale={req.scale!r} is an option of design="paper" (design="long" finds its own '
-                             'scale)')
         return _long_options(oracle, d, req)
     if req.relative_error is not None:
         raise ValueError(f'relative_error is an option of design="long" (design="{req.design}" takes output_error)')
@@ -239,8 +241,6 @@ def _paper_or_lean_options(oracle, d, req):
     seed = check_seed(req.seed)
     output_error = _output_error(req.output_error, oracle)
     redraw_rounds = check_count(redraw_rounds, "redraw_rounds", 0)
-    if not isinstance(req.scale, str) or req.scale not in SCALES:
-        raise ValueError(f'scale must be "auto", "probe" or "search", got {req.scale!r}')
     if req.scale == "search" and oracle.exact:
         raise ValueError('scale="search" is a float64 mode: exact mode keeps the paper\'s count (scale="probe")')
     scale = "probe" if oracle.exact else req.scale  # exact mode's digits resolve crowded poles
@@ -250,8 +250,6 @@ def _paper_or_lean_options(oracle, d, req):
     if design == "lean" and bias:
         raise ValueError('bias=True is an option of design="paper" (the lean design learns the paper\'s model, '
                          'without biases)')
-    if design == "lean" and req.scale != "auto":
-        raise ValueError(f'scale={req.scale!r} is an option of design="paper" (design="lean" finds its own scale)')
     parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias, design=design)
     fallback = _fallback(req, robust=robust, n=n, max_length=max_length)
     if fallback:  # the long design's queries too, should the paper's fail

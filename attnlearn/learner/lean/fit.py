@@ -43,14 +43,16 @@ class PhaseOne:
     rescaled: int = 0
 
 
-def first_configuration(ask, u, q0, c0, n, nodes, *, spread, output_error, tol):
+def first_configuration(ask, u, q0, c0, n, nodes, *, heads_given, spread, output_error, tol):
     r"""Phase 1's first configuration base(1) (direction ``u``, final token ``q0``, constant
     ``c0``): asked, fitted at minimal degree, and the query scale ``f`` set from its
     :math:`\max_h|\ell_h|` (clipped as in :func:`attnlearn.learn`). In float64, a small layer
-    (:func:`~..paper.scale.small_layer`: two or more heads, or a fit that fails where a one-pole
-    fit finds the poles crowded, :func:`~..paper.scale.probe_spread`) gets base(1) asked again at
-    the factor that spreads its poles about ``spread`` (at most ``tol.scale_wide *
-    tol.scale_max``). Returns ``(u1, F1, m, fit1, f, rescaled)``: the direction and samples the
+    (:func:`~..paper.scale.small_layer`: two or more heads; or crowded ones, fewer than
+    ``n`` found with ``heads_given``, or a fit that fails where a one-pole fit finds the poles
+    crowded, :func:`~..paper.scale.probe_spread`) gets base(1) asked again at the factor that
+    spreads its poles about ``spread``, set by this one fit (at most ``tol.scale_wide *
+    tol.scale_max``; measured, the re-asked configuration's :math:`\max|\ell|` lands between 0.07
+    and 2 for ``spread`` 1). Returns ``(u1, F1, m, fit1, f, rescaled)``: the direction and samples the
     design keeps, the head count and fit, the factor, and the queries of the configuration asked
     again (0, or :math:`2n`).
 
@@ -67,18 +69,20 @@ def first_configuration(ask, u, q0, c0, n, nodes, *, spread, output_error, tol):
         if tol.exact or n < 2:
             raise
         m, fit1, probe, failure = 0, None, probe_spread(nodes, F1, c0, None, method="linearised"), exc
-    if not tol.exact and (m >= 2 or failure is not None) and \
+    crowded = failure is not None or (heads_given and 0 < m < n)  # heads that one fit cannot tell apart
+    if not tol.exact and (m >= 2 or crowded) and \
             small_layer(probe, F1, c0, spread=spread, output_error=output_error, tol=tol):
         f = float(np.clip(spread / probe, tol.scale_clip[0], tol.scale_wide * tol.scale_max))
         u1 = u * f
-        F1 = ask_nodes(ask, u1[None], q0[None], np.zeros(1, dtype=int), nodes.pairs, "configuration base(1)")
+        F1 = ask_nodes(ask, u1[None], q0[None], np.zeros(1, dtype=int), nodes.pairs,
+                       "configuration base(1) at the small layer's scale")
         return (u1, F1, *fitted(F1), f, nodes.m)
     if failure is not None:
         raise failure
     return u, F1, m, fit1, scale_factor(probe, spread, tol), 0
 
 
-def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
+def phase_one(ask, dirs, q0, n, *, heads_given=True, spread, output_error, tol):
     r"""Phase 1: :math:`(q_0)`, the :math:`d` base configurations at :math:`2n` ratio nodes
     (the first one also sets the query scale: :func:`first_configuration`), the
     minimal-degree fits, the :math:`d-1` links. Returns :class:`PhaseOne`.
@@ -99,7 +103,8 @@ def phase_one(ask, dirs, q0, n, *, spread, output_error, tol):
     nodes = node_pairs(n, "ratios")
     q0n = conv(to_float(q0))  # q0 is drawn in float64: exact either way
     c0 = ask(q0n[None, None, :], "the query (q_0)")[0]
-    u1, F1, m, fit1, f, rescaled = first_configuration(ask, conv(dirs.base[0]), q0n, c0, n, nodes, spread=spread,
+    u1, F1, m, fit1, f, rescaled = first_configuration(ask, conv(dirs.base[0]), q0n, c0, n, nodes,
+                                                        heads_given=heads_given, spread=spread,
                                                         output_error=output_error, tol=tol)
     U = np.empty((d, d), dtype=object if exact else float)
     U[0] = u1

@@ -78,7 +78,8 @@ def _learn_lean(access, opt, tol, extra_sample):
     start, d = access.queries, opt.d
     dirs = draw_lean(rng, d)
     q0 = to_mp(dirs.q[0])
-    p1, errors = phase_one(access, dirs, q0, opt.n, spread=opt.spread, output_error=opt.output_error, tol=tol)
+    p1, errors = phase_one(access, dirs, q0, opt.n, heads_given=opt.heads_given, spread=opt.spread,
+                           output_error=opt.output_error, tol=tol)
     if p1.m == 0:
         return _finish_zero(access, p1, errors, start, opt, rng, tol)
     Q = np.empty((d, d), dtype=object)

@@ -107,8 +107,10 @@ class Probe:
 
 
 def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
-    r"""Ask the shared query and the probe; with ``scale="search"``, re-probe at larger scales while the
-    probe's fit fails and allow a wide factor (module docstring). Returns the :class:`Probe`.
+    r"""Ask the shared query and the probe; with the search (``scale="search"``, or ``"auto"`` once a
+    probe finds the layer small, :func:`is_small`), re-probe at larger scales while the probe's poles
+    crowd (its fit fails, or it finds fewer than ``n`` heads with ``heads`` given) and allow a wide
+    factor (module docstring). Returns the :class:`Probe`.
 
     Parameters
     ----------
@@ -123,12 +125,14 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
         ``max_heads``); ``opt.heads_given``, True when ``heads=n`` was given (a probe finding
         fewer heads counts as crowded); ``opt.spread``, the wanted :math:`\max_h|\ell_h|` of a
         configuration; ``opt.output_error``, the stated output error, for the probe's fit;
-        ``opt.method``, the rational fit's method; ``opt.scale``: with ``"search"`` re-probe and
-        allow the wide factor, else the clipped rule.
+        ``opt.method``, the rational fit's method; ``opt.scale``: ``"search"`` re-probes and allows
+        the wide factor, ``"probe"`` keeps the clipped rule, ``"auto"`` searches once a probe finds
+        the layer small.
     rng : numpy.random.Generator, keyword-only
         Draws the fresh :math:`q_1`, :math:`u` of the re-probes.
     tol : Tolerances, keyword-only
-        ``scale_clip``, ``scale_wide``, ``scale_step``, ``scale_rounds``, ``scale_max``.
+        ``scale_clip``, ``scale_wide``, ``scale_step``, ``scale_rounds``, ``scale_max``, and for
+        ``"auto"`` ``scale_small``, ``scale_resolved``.
 
     Returns
     -------
