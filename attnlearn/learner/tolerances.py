@@ -133,7 +133,7 @@ class Tolerances:
         :math:`10^{-6}` with 32 or 64, 16/20 with 256 (a factor set by one probe overshoots).
     scale_small : float
         ``scale="auto"`` (:mod:`~.scale`): a layer is small, and searched as ``scale="search"``
-        does, when the probe's :math:`\max_h|\ell_h|` (per unit of probe scale) is below
+        does, when the first probe's :math:`\max_h|\ell_h|` (at unit scale) is below
         ``spread`` / 256: the clipped factor (at most 4) would leave every pole within
         ``spread`` / 64 of the others. Measured on the probes of 100 random models per
         :math:`(d,H)`, :math:`d\le16`, :math:`H=2,3,4` (chapter 4's): smallest :math:`\max|\ell|` 0.026;

@@ -33,7 +33,7 @@ changes the rule in two places:
   costs :math:`2n+1` queries, reported in ``recovery.queries["scale"]``.
 
 ``learn``'s default, ``scale="auto"``, uses the search only for a layer the probe finds
-**small**: the probe's :math:`\max_h|\ell_h|` (per unit of probe scale; when its fit fails, the
+**small**: the first probe's :math:`\max_h|\ell_h|` (at unit scale; when its fit fails, the
 :math:`|\ell|` of a one-pole fit, :func:`probe_spread`) below ``spread`` / 256
 (``tol.scale_small``), where even the clipped factor 4 would leave every pole within
 ``spread`` / 64 of the others, and resolved above the samples' error (:func:`is_small`: noise
@@ -157,8 +157,8 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
             failure = None
         except RecoveryError as exc:
             H, ell, failure = 0, None, exc
-        if opt.scale == "auto" and not search:
-            search = is_small(nodes, F11, c1, ell, s, opt=opt, tol=tol)
+        if opt.scale == "auto" and not search:  # only the first probe (s = 1): later ones follow a search
+            search = is_small(nodes, F11, c1, ell, opt=opt, tol=tol)
         crowded = failure is not None or (heads_given and H < n)
         if not (search and crowded) or len(scales) > tol.scale_rounds or s >= tol.scale_max:
             break
@@ -177,16 +177,16 @@ def find_scale(ask, q1, u11, nodes, *, opt, rng, tol):
     return Probe(c1, q1, F11, u11, H, ell, f, scales, extra, search)
 
 
-def is_small(nodes, F11, c1, ell, s, *, opt, tol):
-    r"""``scale="auto"``'s test on the paper design's probe at scale ``s``: :func:`small_layer` of its
-    :func:`probe_spread`."""
-    return small_layer(probe_spread(nodes, F11, c1, ell, method=opt.method), F11, c1, s=s, spread=opt.spread,
+def is_small(nodes, F11, c1, ell, *, opt, tol):
+    r"""``scale="auto"``'s test on the paper design's first probe (unit scale): :func:`small_layer` of
+    its :func:`probe_spread`."""
+    return small_layer(probe_spread(nodes, F11, c1, ell, method=opt.method), F11, c1, spread=opt.spread,
                        output_error=opt.output_error, tol=tol)
 
 
-def small_layer(max_abs_ell, F, c, *, s=1.0, spread, output_error, tol):
-    r"""Whether a probe at scale ``s`` whose poles spread ``max_abs_ell`` (:math:`\max_h|\ell_h|`)
-    finds the layer small: below ``s * spread * tol.scale_small``, and resolved above its output
+def small_layer(max_abs_ell, F, c, *, spread, output_error, tol):
+    r"""Whether a probe at unit scale whose poles spread ``max_abs_ell`` (:math:`\max_h|\ell_h|`)
+    finds the layer small: below ``spread * tol.scale_small``, and resolved above its output
     error: a pole :math:`\ell` moves the samples ``F`` by about :math:`|\ell|\max|F-c|`, which must
     exceed ``tol.scale_resolved`` times the samples' error bound. Noise that hides the heads says
     nothing about their scale: a probe whose :math:`\ell` is small only within the noise keeps the
@@ -194,7 +194,7 @@ def small_layer(max_abs_ell, F, c, *, s=1.0, spread, output_error, tol):
 
     Used in: chapter 7 (the paper's design, :func:`is_small`) and chapter 8 (the lean design's
     first configuration)."""
-    if not max_abs_ell < s * spread * tol.scale_small:
+    if not max_abs_ell < spread * tol.scale_small:
         return False
     G = np.abs(np.asarray(to_float(F), dtype=float) - float(to_float(c)))
     return bool(max_abs_ell * G.max() > tol.scale_resolved * sample_errors(F, output_error, tol).output)
