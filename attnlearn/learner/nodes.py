@@ -66,13 +66,14 @@ def unit_rows(rng, n, d):
 
 
 # ---- the query scale (chapter 4): |u| |q_k| = f, so that ell = u^T W q spreads like f times the probe's
-def scale_factor(max_abs_ell, spread, tol):
+def scale_factor(max_abs_ell, spread, tol, *, top=None):
     r"""Scale factor :math:`f` of the queries from the probe's :math:`\max_h|\ell_h|`.
 
     The probe has :math:`|u|,|q_1|\approx1`; scaling :math:`|u|\,|q_k|` by :math:`f` spreads
-    the poles about ``spread``, within ``tol.scale_clip``."""
+    the poles about ``spread``, within ``tol.scale_clip`` (its upper end ``top`` when given: the
+    lean design's small layer, chapter 8)."""
     f = spread / max_abs_ell if max_abs_ell > 0 else 1.0
-    return float(np.clip(f, *tol.scale_clip))
+    return float(np.clip(f, tol.scale_clip[0], tol.scale_clip[1] if top is None else top))
 
 
 def lean_nodes(m):

@@ -72,7 +72,7 @@ def first_configuration(ask, u, q0, c0, n, nodes, *, heads_given, spread, output
     crowded = failure is not None or (heads_given and 0 < m < n)  # heads that one fit cannot tell apart
     if not tol.exact and (m >= 2 or crowded) and \
             small_layer(probe, F1, c0, spread=spread, output_error=output_error, tol=tol):
-        f = float(np.clip(spread / probe, tol.scale_clip[0], tol.scale_wide * tol.scale_max))
+        f = scale_factor(probe, spread, tol, top=tol.scale_wide * tol.scale_max)
         u1 = u * f
         F1 = ask_nodes(ask, u1[None], q0[None], np.zeros(1, dtype=int), nodes.pairs,
                        "configuration base(1) at the small layer's scale")
