@@ -9,7 +9,7 @@ from scipy.stats import chi2
 
 from attnlearn import Oracle, UniformNoise, canonical, learn, param_error
 from attnlearn.layer import AttentionLayer
-from attnlearn.learner.certificate import QueryLog, _Family, _tail, certify, confront, noise_level
+from attnlearn.learner.certificate import QueryLog, Parameters, _tail, certify, confront, noise_level
 from attnlearn.learner.tolerances import CertificateTolerances
 from attnlearn.model import MultiHeadAttention, random_model
 
@@ -26,7 +26,7 @@ def _biased(H, d, seed):
 @pytest.mark.parametrize("d", [1, 3])
 def test_jacobian_matches_finite_differences(biased, d):
     model = _biased(2, d, 5) if biased else random_model(2, d, seed=5)
-    fam = _Family(model)
+    fam = Parameters(model)
     theta = fam.pack(model)
     Xs = np.random.default_rng(1).normal(size=(7, 4, d))
     f, J = fam.answers(theta, Xs)

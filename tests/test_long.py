@@ -2,21 +2,24 @@
 
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from attnlearn import IllConditionedError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
 from attnlearn.layer import AttentionLayer
 from attnlearn.learner.family import AFFINE
 from attnlearn.learner import bias_error
+from attnlearn.learner.certificate import Parameters, QueryLog, confront_spread
 from attnlearn.learner.cost import long_cost
 from attnlearn.learner.long import ask as long_ask
 from attnlearn.learner.long import fit as long_fit
 from attnlearn.learner.long import passes as long_passes
 from attnlearn.learner.long import run as long_run
 from attnlearn.learner.long.fit import fit_config
+from attnlearn.learner.long.solve import AnswerSpread
 from attnlearn.learner.nodes import ratio_grid
 from attnlearn.learner.samples import noise_sd
-from attnlearn.learner.tolerances import LongTolerances
-from attnlearn.model import random_model
+from attnlearn.learner.tolerances import CertificateTolerances, LongTolerances
+from attnlearn.model import MultiHeadAttention, random_model
 from attnlearn.sweeps import run_trials
 
 F32 = 6e-8
@@ -386,3 +389,93 @@ def test_a_small_model_is_probed_again_at_larger_scales(scale, reprobes):
     assert oracle.queries == rec.queries["total"]
     err = param_error(rec.model, canonical(model))
     assert err <= rec.error_estimate <= 1e-6
+
+
+# ---------------------------------------------------------------- the held-out answers confront the covariance
+def _spread_case(d, H, biased, seed):
+    """An AnswerSpread of random covariances, and the same covariance written out in full (P, P)."""
+    rng = np.random.default_rng(seed)
+    w = d + 1 if biased else d
+    W, v = rng.normal(size=(H, d, d)), rng.normal(size=(H, d))
+    model = (AttentionLayer(W, v, c=rng.normal(size=(H, d)), b=np.asarray(0.3)) if biased
+             else MultiHeadAttention(W, v))
+    Uinv = rng.normal(size=(d, d))
+    perms = np.array([rng.permutation(H) for _ in range(d)])
+    groups = []
+    for _ in range(d):
+        A = rng.normal(size=(H, w, w))
+        groups.append({"covY": np.einsum("hij,hkj->hik", A, A) * 1e-6, "g_sd": rng.uniform(0.5, 2, H) * 1e-3})
+    beta_sd = 2e-3 if biased else 0.0
+    spread = AnswerSpread(model, Uinv, groups, perms, beta_sd=beta_sd, absolute=1e-9, relative=0.0, rounding=0.5)
+    fam = Parameters(model)
+    C = np.zeros((fam.size, fam.size))
+    for h in range(H):
+        base = h * fam.per
+        for k in range(d):
+            j = perms[k][h]
+            # [W_h c_h] = Uinv [Y_h K_h]: entry (i, l) moves with Uinv[i, k] * dy_{h,k}[l]
+            M = np.zeros((fam.size, w))
+            for i in range(d):
+                for l in range(w):
+                    M[base + (i * d + l if l < d else d * d + d + i), l] += Uinv[i, k]
+            C += M @ groups[k]["covY"][j] @ M.T
+            a = np.zeros(fam.size)
+            a[base + d * d:base + d * d + d] = -Uinv[:, k]
+            C += np.outer(a, a) * groups[k]["g_sd"][j] ** 2
+    if biased:
+        C[-1, -1] += beta_sd**2
+    return spread, fam, C, model
+
+
+@pytest.mark.parametrize("d, H, biased", [(1, 1, False), (3, 2, False), (2, 3, True)])
+def test_answer_spread_is_the_covariance_propagated_to_the_answers(d, H, biased):
+    spread, fam, C, model = _spread_case(d, H, biased, seed=d + H)
+    Xs = np.random.default_rng(7).normal(size=(5, 4, d))
+    f, model_var, noise_var = spread(Xs)
+    f0, J = fam.answers(fam.pack(model), Xs)
+    np.testing.assert_allclose(f, f0)
+    np.testing.assert_allclose(model_var, np.einsum("np,pq,nq->n", J, C, J), rtol=1e-10)
+    np.testing.assert_allclose(noise_var, noise_sd(f, absolute=1e-9, relative=0.0, length=4) ** 2)
+
+
+def test_confront_spread_raises_the_estimate_only_on_a_significant_excess():
+    spread, _, _, _ = _spread_case(3, 2, False, seed=1)
+    Xs = np.random.default_rng(3).normal(size=(64, 5, 3))
+    f, model_var, noise_var = spread(Xs)
+    z = np.random.default_rng(4).normal(size=64)
+    z *= np.sqrt(64 / np.sum(z**2))  # chi2 / m exactly 1: as the covariance predicts
+    tol = CertificateTolerances()
+    for scale, factor in [(1.0, 1.0), (0.01, 1.0), (10.0, np.sqrt(100 * 64 / chi2.ppf(tol.noise_confidence, 64)))]:
+        log = QueryLog()
+        log.add(Xs, f + scale * z * np.sqrt(model_var + noise_var))
+        est, per = confront_spread(spread, log, 0, estimate=1e-6, tol=tol)
+        assert per == pytest.approx(scale**2, rel=1e-9)
+        assert est == pytest.approx(1e-6 * factor, rel=1e-9)
+    assert confront_spread(spread, QueryLog(), 0, estimate=1e-6, tol=tol) == (1e-6, None)
+
+
+class _LoudShortQueries:
+    """An oracle whose answers to queries of 2 to 16 tokens (the long design's held-out ones) are off
+    by 1e-9 relative, far beyond what its covariance predicts for the model: the estimate must rise."""
+
+    def __init__(self, oracle):
+        self.oracle, self.rng = oracle, np.random.default_rng(0)
+
+    def __getattr__(self, name):
+        return getattr(self.oracle, name)
+
+    def batch(self, Xs):
+        y = self.oracle.batch(Xs)
+        if 2 <= np.shape(Xs)[1] <= 16:
+            y = y * (1 + 1e-9 * self.rng.choice([-1.0, 1.0], size=len(y)))
+        return y
+
+
+def test_held_out_answers_that_disagree_raise_the_long_designs_estimate():
+    model = random_model(2, 3, seed=11)
+    quiet = learn(Oracle(model), 3, heads=2, design="long", max_length=256, seed=0)
+    loud = learn(_LoudShortQueries(Oracle(model)), 3, heads=2, design="long", max_length=256, seed=0)
+    assert quiet.diagnostics.holdout_chi2 < 10 and quiet.error_estimate < 1e-11  # the covariance holds
+    assert param_error(loud.model, canonical(model)) == param_error(quiet.model, canonical(model))
+    assert loud.diagnostics.holdout_chi2 > 1e4  # the held-out residuals are 1e-9, the spread far below
+    assert loud.error_estimate > 100 * quiet.error_estimate and loud.holdout_error <= 10 * loud.error_estimate

@@ -69,7 +69,8 @@ from ..layer import AttentionLayer
 from ..model import MultiHeadAttention, softmax_numerators
 from .tolerances import CertificateTolerances
 
-__all__ = ["QueryLog", "Certificate", "certify", "confront", "refit", "noise_level", "block_bounds"]
+__all__ = ["QueryLog", "Certificate", "Parameters", "certify", "confront", "confront_spread", "refit", "noise_level",
+           "block_bounds"]
 
 
 class QueryLog:
@@ -153,7 +154,7 @@ class Certificate:
     _fit: object = field(default=None, repr=False)
 
 
-class _Family:
+class Parameters:
     """The parameters of the model a design returns, packed into one vector, and the answers'
     Jacobian: the paper's model (:math:`W_h, v_h`) or, with ``c``, the biased layer
     (:math:`W_h, v_h, c_h`, then :math:`\\beta`)."""
@@ -384,7 +385,7 @@ def certify(model, log, *, eps_out, design_estimate, tol):
     """
     if model.H == 0:
         return None
-    family = _Family(model)
+    family = Parameters(model)
     data = log.batches()
     m, P = log.answers(), family.size
     if m < P or m * P * P > tol.max_work:
@@ -449,6 +450,42 @@ def confront(cert, model, log, start, *, estimate, tol):
             estimate = _apply(cert, sigma, tol=tol)
     chi = float(np.sum(r**2 / (cert.noise**2 * spread)))
     cert.holdout_chi2 = chi / len(r)
-    if chi <= _chi2_upper(tol.noise_confidence, len(r)):
-        return estimate
-    return estimate * float(np.sqrt(chi / _chi2_lower(tol.noise_confidence, len(r))))
+    return estimate * _excess(chi, len(r), tol=tol)
+
+
+def _excess(chi, m, *, tol):
+    r"""The factor by which held-out answers whose :math:`\chi^2` is ``chi`` over ``m`` answers
+    raise an estimate: 1 up to the upper ``tol.noise_confidence`` quantile of :math:`\chi^2_m`,
+    beyond it the upper confidence limit of the excess, :math:`\sqrt{\chi^2/\chi^2_m(\beta)}`."""
+    if chi <= _chi2_upper(tol.noise_confidence, m):
+        return 1.0
+    return float(np.sqrt(chi / _chi2_lower(tol.noise_confidence, m)))
+
+
+def confront_spread(spread, log, start, *, estimate, tol):
+    r"""The held-out answers (``log``'s batches from ``start`` on) against a design's own first-order
+    spread of its model's answers (``design="long"``: :class:`~.long.solve.AnswerSpread`).
+
+    Each residual :math:`r_i` has, to first order, the variance :math:`s_i^2+j_i^\top Cj_i`
+    (the answer's own noise, and the model's from the design's covariance :math:`C`, which
+    ``spread`` evaluates); :math:`\chi^2_h=\sum_ir_i^2/\operatorname{var}r_i` is compared with
+    :math:`\chi^2_{m_h}` as in :func:`confront`, and a significant excess raises the estimate by
+    its upper confidence limit. The estimate is never lowered.
+
+    The long design's covariance treats the answers' errors as independent; a float64 oracle's
+    rounding along a ratio grid is not (it is smooth in the ratio), and a fit can then be off by
+    more than its covariance says. Held-out queries of at most 16 tokens are answered about
+    :math:`10^4` times more accurately than the model's parameters are known, so their residuals
+    measure the model's own error.
+
+    Returns ``(estimate, chi2 / m)``; ``(estimate, None)`` without held-out answers. Used in:
+    chapters 5b and 7 (through ``finish``)."""
+    chi = m = 0
+    for Xs, y in log.batches(start):
+        f, model_var, noise_var = spread(Xs)
+        with np.errstate(divide="ignore"):  # a zero variance (both parts) only where the residual is 0 too
+            chi += float(np.sum(np.where(model_var + noise_var > 0, (y - f) ** 2 / (model_var + noise_var), 0.0)))
+        m += len(y)
+    if not m:
+        return estimate, None
+    return estimate * _excess(chi, m, tol=tol), chi / m

@@ -12,7 +12,7 @@ from .._arith import to_mp
 from .._checks import heldout_discrepancy
 from ..errors import CheckFailedError, IllConditionedError
 from ..model import MultiHeadAttention
-from .certificate import certify, confront
+from .certificate import QueryLog, certify, confront, confront_spread
 from .results import Recovery
 from .samples import scale_back
 from .tolerances import CertificateTolerances
@@ -51,6 +51,10 @@ class Ending:
         The query scale: held-out tokens have standard deviation :math:`\sqrt{f/d}`.
     max_length : int
         The design's longest query.
+    spread : AnswerSpread, optional
+        ``design="long"``: the first-order spread of the model's answers from the design's own
+        covariances (:class:`~.long.solve.AnswerSpread`), which the held-out answers confront
+        (:func:`~.certificate.confront_spread`).
     stated : mpf, optional
         Exact mode: the output error itself; below ``eps_out`` (beyond 100 digits, see
         :attr:`~.tolerances.Tolerances.bound_floor`) the returned ``error_estimate`` and
@@ -69,6 +73,7 @@ class Ending:
     eps_out: float
     f: float
     max_length: int
+    spread: object = None
     stated: object = None
     holdout_length: int = None
 
@@ -114,6 +119,8 @@ def finish(oracle, ending, *, opt, rng, tol):
             model, estimate, cert = done
     holdout_error = None
     if holdout:
+        if ending.spread is not None:  # the long design logs only its held-out answers, to confront them
+            log = oracle.log = QueryLog()
         before, mark = oracle.queries, (log.mark if log is not None else 0)
         batches = holdout_batches(rng, holdout, ending.holdout_length or max_length, model.d, f=ending.f,
                                   exact=tol.exact)
@@ -121,6 +128,10 @@ def finish(oracle, ending, *, opt, rng, tol):
         queries["holdout"] = queries.get("holdout", 0) + oracle.queries - before
         if cert is not None:  # the held-out answers measure the noise again; the estimate only rises
             estimate = confront(cert, model, log, mark, estimate=estimate, tol=_CERT)
+        elif ending.spread is not None:  # ... or test the long design's covariance; it only rises
+            estimate, ending.diagnostics.holdout_chi2 = confront_spread(ending.spread, log, mark,
+                                                                        estimate=estimate, tol=_CERT)
+            oracle.log = None
         limit = max(tol.holdout_output * eps_out / max(scale_ref, tol.tiny), tol.holdout_estimate * estimate)
         if holdout_error > limit:
             raise CheckFailedError(

@@ -51,6 +51,11 @@ class Diagnostics:
     fallback : str or None
         Robust mode with long queries allowed: the paper design's error when the recovery fell
         back to the long design (``learn``'s ``max_length``); None otherwise.
+    holdout_chi2 : float or None
+        ``design="long"``: :math:`\chi^2/m` of the held-out answers against the spread the
+        design's covariances predict (about 1 or less when they hold; a significant excess raised
+        the estimate, :func:`~attnlearn.learner.certificate.confront_spread`); None on the other
+        designs, whose ``Recovery.certificate`` holds theirs.
     """
 
     labels: object
@@ -67,6 +72,7 @@ class Diagnostics:
     cross_residual: object = None
     cross_margin: object = None
     fallback: str = None
+    holdout_chi2: float = None
 
     def record_matchings(self, *, link, cross):
         """Fill in the matchings' residuals and margins (``link``, ``cross``: a

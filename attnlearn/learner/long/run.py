@@ -16,7 +16,7 @@ from ..results import Diagnostics
 from ..tolerances import LongTolerances
 from .ask import Context, ask_V
 from .passes import _fit_group_checked, _repair, _trim, _unit, coarse_pass, placed_pass, probe_scale, random_pass
-from .solve import check_V, estimate_error, link_groups, regress_y, solve_heads
+from .solve import AnswerSpread, check_V, estimate_error, link_groups, regress_y, solve_heads
 
 __all__ = ["draw_groups", "learn_long"]
 
@@ -133,8 +133,11 @@ def learn_long(ask, opt, tol):
     estimate = estimate_error(W, v, Uinv, groups, perms, tol=lt, beta=ctx.beta if ctx.family.affine else None,
                               beta_sd=ctx.beta_sd)
     check_V(v, ctx.V, estimate)
-    model = (AttentionLayer(W[:, :, :d], v, c=W[:, :, d], b=np.asarray(ctx.beta)) if ctx.family.affine
-             else canonical(MultiHeadAttention(W, v)))
+    heads = (AttentionLayer(W[:, :, :d], v, c=W[:, :, d], b=np.asarray(ctx.beta)) if ctx.family.affine
+             else MultiHeadAttention(W, v))
+    spread = AnswerSpread(heads, Uinv, groups, perms, beta_sd=ctx.beta_sd if ctx.family.affine else 0.0,
+                          absolute=absolute, relative=ctx.relative, rounding=lt.rounding)
+    model = heads if ctx.family.affine else canonical(heads)
     queries = {"design": ask.queries - start - redraw_queries - reprobes, "constants": 0, "redraws": redraw_queries,
                "holdout": 0}
     if reprobes:
@@ -146,5 +149,5 @@ def learn_long(ask, opt, tol):
                        condition=np.array([np.linalg.cond(U)] * d), scale={"factor": scale, "probe_max_abs_ell": None},
                        V=ctx.V, redrawn=redrawn, redrawn_blocks=[], link_margin=margins[1:] if d > 1 else None)
     ending = Ending(model, queries, diag, estimate=estimate, eps_out=eps_out, f=scale**2, max_length=L,
-                    holdout_length=lt.holdout_length)
+                    spread=spread, holdout_length=lt.holdout_length)
     return finish(ask, ending, opt=opt, rng=rng, tol=tol)

@@ -5,14 +5,17 @@ Used in: chapter 5b (long queries) and chapter 7.
 """
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import expit
 
 from ...errors import CheckFailedError, IllConditionedError, UnmatchedHeadsError
+from ..certificate import Parameters
+from ..samples import noise_sd
 from .passes import _unit
 
-__all__ = ["regress_y", "link_groups", "solve_heads", "estimate_error", "check_V"]
+__all__ = ["regress_y", "link_groups", "solve_heads", "estimate_error", "AnswerSpread", "check_V"]
 
 
 def regress_y(Q, fit, *, tol, intercept=False):
@@ -149,6 +152,72 @@ def estimate_error(W, v, Uinv, groups, perms, *, tol, beta=None, beta_sd=0.0):
     if beta is not None:
         worst = max(worst, beta_sd / max(abs(beta), np.max(np.linalg.norm(v, axis=1)), 1e-300))
     return tol.estimate_factor * worst
+
+
+@dataclass
+class AnswerSpread:
+    r"""The covariances behind :func:`estimate_error`, as the spread of the model's answers: what
+    the held-out queries confront (:func:`~attnlearn.learner.certificate.confront_spread`).
+
+    Attributes
+    ----------
+    model : MultiHeadAttention or AttentionLayer
+        The heads of :func:`solve_heads` (before :func:`~attnlearn.canonical.canonical` orders them).
+    Uinv, groups, perms
+        :func:`solve_heads`' :math:`U^{-1}`, the groups (their ``covY`` and ``g_sd``) and the
+        permutations of :func:`link_groups`.
+    beta_sd : float
+        The offset's standard deviation (score biases).
+    absolute, relative : float
+        The answers' noise model (:func:`~attnlearn.learner.samples.noise_sd`).
+    rounding : float
+        ``LongTolerances.rounding``.
+
+    Notes
+    -----
+    An answer's gradient with respect to :math:`W_h` is a :math:`d\times d` matrix :math:`G`
+    (with score biases :math:`[G\;g_c]`, :math:`d\times(d+1)`, for :math:`[W_h\;c_h]`); with
+    :math:`W_h=U^{-1}Y_h`, :math:`\langle G,\Delta W_h\rangle=\sum_kb_k^\top\Delta y_{h,k}`,
+    :math:`b_k` the rows of :math:`B=U^{-\top}G`; with :math:`v_h=-U^{-1}\Gamma_h` the
+    gradient :math:`g_v` enters through :math:`a=U^{-\top}g_v`. Groups independent (as in
+    :func:`estimate_error`), the answer's first-order variance is
+
+    .. math:: \sum_h\Big(\sum_kb_{h,k}^\top\operatorname{cov}(y_{h,k})\,b_{h,k}
+              +\sum_ka_{h,k}^2\operatorname{var}\gamma_{h,k}\Big)+\operatorname{var}\beta.
+
+    Used in: chapters 5b and 7 (through ``finish``).
+    """
+
+    model: object
+    Uinv: np.ndarray
+    groups: list
+    perms: np.ndarray
+    beta_sd: float
+    absolute: float
+    relative: float
+    rounding: float
+
+    def __call__(self, Xs):
+        """The model's answers to ``Xs`` (n, N, d), their first-order variance from the
+        design's covariances, and the answers' own noise variance: ``(f, model_var, noise_var)``."""
+        family = Parameters(self.model)
+        f, J = family.answers(family.pack(self.model), Xs)
+        n, (H, d) = len(f), (family.H, family.d)
+        model_var = np.full(n, self.beta_sd**2)
+        for h in range(H):
+            block = J[:, h * family.per:(h + 1) * family.per]
+            G = block[:, :d * d].reshape(n, d, d)
+            if family.biased:  # [W_h c_h]: the score bias' gradient is the last column
+                G = np.concatenate([G, block[:, d * d + d:, None]], axis=2)
+            B = np.einsum("ik,nij->nkj", self.Uinv, G)  # (n, d, d[+1]): row k is b_k
+            a = block[:, d * d:d * d + d] @ self.Uinv  # (n, d)
+            for k in range(d):
+                j = self.perms[k][h]
+                model_var += np.einsum("nj,jl,nl->n", B[:, k], self.groups[k]["covY"][j], B[:, k])
+                model_var += a[:, k] ** 2 * self.groups[k]["g_sd"][j] ** 2
+        noise = noise_sd(f, absolute=self.absolute, relative=self.relative, length=Xs.shape[1],
+                         rounding=self.rounding)
+        return f, model_var, noise**2
 
 
 def check_V(v, V, estimate):
