@@ -483,7 +483,7 @@ def confront_spread(spread, log, start, *, estimate, tol):
     chi = m = 0
     for Xs, y in log.batches(start):
         f, model_var, noise_var = spread(Xs)
-        with np.errstate(divide="ignore"):  # a zero variance (both parts) only where the residual is 0 too
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero variance only at a zero answer: not counted
             chi += float(np.sum(np.where(model_var + noise_var > 0, (y - f) ** 2 / (model_var + noise_var), 0.0)))
         m += len(y)
     if not m:
