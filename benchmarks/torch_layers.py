@@ -41,7 +41,9 @@ target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (ove
 
 ``--json PATH`` writes every run as a record (``d``, ``H``, ``mode``, ``dtype``, ``bias``,
 ``seed``, ``init``, ``outcome`` "returned" or the exception's name, ``error``, ``estimate``,
-``target``, ``silent``, ``queries``, ``cpu`` (process seconds of the call); a return's ``probe_scales``, ``longest`` and ``fallback``, a raise's
+``target``, ``silent``, ``queries``, ``cpu`` (process seconds of the call); a return's ``probe_scales``, ``longest``,
+``fallback`` and ``holdout_chi2`` (the long design's held-out answers against its covariance,
+``Diagnostics.holdout_chi2``; None from the paper's design), a raise's
 ``message``); chapter 7 loads ``benchmarks/results/torch_*.json``.
 
 Measured (2026-12-03, this machine, ``--dtype float32 --heads H --modes "long, L=64" --json
@@ -143,7 +145,8 @@ def run(d, H, i, *, mode, dtype, bias="none", init="default"):
     scale = rec.diagnostics.scale or {}
     return {"error": err, "estimate": rec.error_estimate, "queries": rec.queries["total"],
             "factor": scale.get("factor"), "scales": scale.get("probe_scales", []),
-            "longest": rec.max_length, "fallback": rec.diagnostics.fallback, "cpu": cpu}
+            "longest": rec.max_length, "fallback": rec.diagnostics.fallback, "cpu": cpu,
+            "holdout_chi2": rec.diagnostics.holdout_chi2}
 
 
 def record(d, H, i, r, *, mode, dtype, bias, init):
@@ -153,7 +156,8 @@ def record(d, H, i, r, *, mode, dtype, bias, init):
     if "error" in r:
         out.update(outcome="returned", error=float(r["error"]), estimate=float(r["estimate"]),
                    silent=bool(r["error"] > 10 * r["estimate"]), probe_scales=[float(x) for x in r["scales"]],
-                   longest=int(r["longest"]), fallback=r["fallback"])
+                   longest=int(r["longest"]), fallback=r["fallback"],
+                   holdout_chi2=None if r["holdout_chi2"] is None else float(r["holdout_chi2"]))
     else:
         out.update(outcome=r["raised"], message=r["message"], error=None, estimate=None, silent=False)
     return out
