@@ -39,7 +39,8 @@ with three steps:
 
 The held-out queries then confront the refitted model (:func:`confront`): each residual is
 compared with its predicted spread (the answer's error and the model's), and a significant
-excess raises the estimate by it; the estimate is never lowered.
+excess raises the estimate by it; the estimate is never lowered. The long design, whose queries
+are too long to refit, has its own covariance confronted the same way (:func:`confront_spread`).
 
 What the estimate is: a **high-probability bound under the linearised model** — to first order in
 the answers' errors, for independent errors of a common standard deviation, the relative error

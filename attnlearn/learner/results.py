@@ -134,8 +134,12 @@ class Recovery:
           says how it was made).
         * exact mode: a **first-order bound**, twice the design's error bounds propagated
           stage by stage with absolute values (an mpmath number beyond 100 digits).
-        * ``design="long"``: an estimate from the inverse Fisher information of its fits (chapter
-          5b).
+        * ``design="long"``: an **estimate**, three times the root-mean-square error that the
+          inverse Fisher information of its fits gives, then confronted with the held-out
+          answers (:func:`~attnlearn.learner.certificate.confront_spread`): when their residuals
+          exceed the spread that covariance predicts (a :math:`\chi^2` beyond its upper
+          :math:`10^{-3}` quantile, ``diagnostics.holdout_chi2``), the estimate is raised by the
+          excess. Chapters 5b and 7 measure how often it holds.
 
         With a stated ``output_error``, ``learn`` raises instead of returning when some
         configuration's first-order perturbation exceeds 0.1, where first-order reasoning stops

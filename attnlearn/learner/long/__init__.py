@@ -43,7 +43,11 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (chapter 5b):
 7. :func:`~.solve.solve_heads`: :math:`W_h=U^{-1}Y_h`, :math:`v_h=-U^{-1}\Gamma_h` (rows of
    :math:`U` the :math:`u_k`, rows of :math:`Y_h` the :math:`y_{h,k}^\top`).
 8. :func:`~.solve.estimate_error`: the inverse Fisher matrix of every group's fit propagated through
-   the regression and the solves, then :func:`~attnlearn.learner.finish.finish` (held-out queries).
+   the regression and the solves, then :func:`~attnlearn.learner.finish.finish` (held-out queries),
+   where :class:`~.solve.AnswerSpread` turns the same covariances into the spread of each held-out
+   answer and :func:`~attnlearn.learner.certificate.confront_spread` raises the estimate when the
+   residuals exceed it significantly (a float64 oracle's rounding is smooth along the ratio grid,
+   not independent as the fits assume: chapter 5b).
 
 **Score biases** (``bias=True``, PyTorch's ``bias=True``: score :math:`x_i^\top(W_hx_N+c_h)`,
 output offset :math:`\beta`). A step then sits at :math:`-y_h^\top q-\kappa_h` with
