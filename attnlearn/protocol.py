@@ -146,7 +146,8 @@ class Access:
         Queries per length.
     log : object or None
         When set (an :class:`attnlearn.learner.certificate.QueryLog`), every answered batch is
-        recorded there with its answers (the float64 paper and lean designs set it).
+        recorded there with its answers (the float64 paper and lean designs set it; the long
+        design's finish, for its held-out queries only).
     """
 
     def __init__(self, oracle, d=None, *, vector=False):

@@ -2,7 +2,8 @@ r"""The joint certificate of the paper's and the lean design (float64): every an
 the recovered model at once, and the error estimate is the first-order error of that fit.
 
 Used in: chapter 5 (the error estimate against the true error), chapters 4, 7 and 8 (every float64
-recovery of the paper's and the lean design ends here).
+recovery of the paper's and the lean design ends here); chapters 5b and 7 (:func:`confront_spread`,
+the long design's held-out answers).
 
 A design turns its :math:`m` answers into the :math:`P` parameters
 :math:`\theta=\{(W_h,v_h)\}` (and :math:`c_h,\beta` with ``bias=True``) through a chain of
@@ -76,9 +77,9 @@ __all__ = ["QueryLog", "Certificate", "Parameters", "certify", "confront", "conf
 
 class QueryLog:
     """Every float64 query asked through an :class:`~attnlearn.protocol.Access` and its answer, in
-    the order asked (the refit's data).
+    the order asked (the refit's data; for the long design, its held-out queries only).
 
-    Used in: chapters 4, 5, 7 and 8 (through ``learn``)."""
+    Used in: chapters 4, 5, 5b, 7 and 8 (through ``learn``)."""
 
     def __init__(self):
         self._entries = []
@@ -158,7 +159,16 @@ class Certificate:
 class Parameters:
     """The parameters of the model a design returns, packed into one vector, and the answers'
     Jacobian: the paper's model (:math:`W_h, v_h`) or, with ``c``, the biased layer
-    (:math:`W_h, v_h, c_h`, then :math:`\\beta`)."""
+    (:math:`W_h, v_h, c_h`, then :math:`\\beta`).
+
+    Parameters
+    ----------
+    model : MultiHeadAttention or AttentionLayer
+        Fixes the layout: per head ``vec(W_h)`` (row-major), ``v_h``, with biases ``c_h``; then
+        :math:`\\beta` with biases.
+
+    Used in: chapters 5, 7 and 8 (:func:`certify`), 5b and 7 (the long design's
+    :class:`~attnlearn.learner.long.solve.AnswerSpread`)."""
 
     def __init__(self, model):
         self.biased = isinstance(model, AttentionLayer)
@@ -465,28 +475,69 @@ def _excess(chi, m, *, tol):
 
 def confront_spread(spread, log, start, *, estimate, tol):
     r"""The held-out answers (``log``'s batches from ``start`` on) against a design's own first-order
-    spread of its model's answers (``design="long"``: :class:`~.long.solve.AnswerSpread`).
+    covariance of them (``design="long"``: :class:`~.long.solve.AnswerSpread`).
 
-    Each residual :math:`r_i` has, to first order, the variance :math:`s_i^2+j_i^\top Cj_i`
-    (the answer's own noise, and the model's from the design's covariance :math:`C`, which
-    ``spread`` evaluates); :math:`\chi^2_h=\sum_ir_i^2/\operatorname{var}r_i` is compared with
-    :math:`\chi^2_{m_h}` as in :func:`confront`, and a significant excess raises the estimate by
-    its upper confidence limit. The estimate is never lowered.
+    Parameters
+    ----------
+    spread : AnswerSpread
+        Gives the residuals :math:`r` and their covariance :math:`K` (the answers' own noise and the
+        model's, from the design's covariance of its parameters).
+    log : QueryLog
+        The held-out queries and answers.
+    start : int
+        The first batch of ``log`` that is held out.
+    estimate : float
+        The design's estimate.
+    tol : CertificateTolerances
+        ``noise_confidence`` is the test's level.
+
+    Returns
+    -------
+    estimate : float
+        The estimate, raised when the residuals exceed :math:`K` significantly; never lowered
+        (inf when an answer the covariance says is exact is missed: :func:`~.finish.finish` then
+        raises).
+    chi2 : float or None
+        :math:`T/m` (below), None without held-out answers.
+
+    Notes
+    -----
+    Every held-out answer carries the same parameter errors, so the residuals are correlated and
+    :math:`T=\sum_ir_i^2/K_{ii}` over the :math:`m` answers is, to first order, distributed as
+    :math:`\sum_j\lambda_jz_j^2` with :math:`\lambda` the eigenvalues of the correlation matrix
+    :math:`D^{-1/2}KD^{-1/2}` (:math:`D=\operatorname{diag}K`), not as :math:`\chi^2_m`. When
+    :math:`T` exceeds the Chernoff bound on its upper ``tol.noise_confidence`` quantile
+    (:func:`_tail`), the covariance is too small, and the estimate is multiplied by the measured
+    excess :math:`\hat\kappa=\sqrt{T/m}` (:math:`\sum_j\lambda_j=m` is the mean of :math:`T`: if
+    the covariance is :math:`\kappa^2K`, :math:`\hat\kappa^2` estimates :math:`\kappa^2`). The
+    long design's estimate stays what it was, three times the root-mean-square error, now at the
+    covariance the held-out answers show; a confidence limit on :math:`\kappa` would be far
+    wider, since a handful of parameter directions dominate :math:`K` (few effective degrees of
+    freedom). The bound is conservative: with :math:`K` right the estimate is raised with
+    probability at most ``tol.noise_confidence``.
 
     The long design's covariance treats the answers' errors as independent; a float64 oracle's
     rounding along a ratio grid is not (it is smooth in the ratio), and a fit can then be off by
-    more than its covariance says. Held-out queries of at most 16 tokens are answered about
-    :math:`10^4` times more accurately than the model's parameters are known, so their residuals
-    measure the model's own error.
+    more than its covariance says. The held-out queries are short
+    (``LongTolerances.holdout_length`` tokens at most), so a float64 oracle answers them with the
+    rounding of a short sum, and their residuals measure the model's own error.
 
-    Returns ``(estimate, chi2 / m)``; ``(estimate, None)`` without held-out answers. Used in:
-    chapters 5b and 7 (through ``finish``)."""
-    chi = m = 0
-    for Xs, y in log.batches(start):
-        f, model_var, noise_var = spread(Xs)
-        with np.errstate(divide="ignore", invalid="ignore"):  # a zero variance only at a zero answer: not counted
-            chi += float(np.sum(np.where(model_var + noise_var > 0, (y - f) ** 2 / (model_var + noise_var), 0.0)))
-        m += len(y)
+    Used in: chapters 5b and 7 (through ``finish``)."""
+    data = log.batches(start)
+    if not data:
+        return estimate, None
+    r, K = spread.residuals(data)
+    v = np.diag(K).copy()
+    if np.any((v <= 0) & (r != 0)):  # an answer the covariance calls exact is missed
+        return float("inf"), float("inf")
+    keep = v > 0
+    r, K, v = r[keep], K[np.ix_(keep, keep)], v[keep]
+    m = len(r)
     if not m:
         return estimate, None
-    return estimate * _excess(chi, m, tol=tol), chi / m
+    T = float(np.sum(r**2 / v))
+    lam = np.clip(np.linalg.eigvalsh(K / np.sqrt(np.outer(v, v))), 0.0, None)
+    x = float(np.log(1 / tol.noise_confidence))
+    if T <= _tail(lam, x):
+        return estimate, T / m
+    return estimate * float(np.sqrt(T / m)), T / m

@@ -119,19 +119,24 @@ def finish(oracle, ending, *, opt, rng, tol):
             model, estimate, cert = done
     holdout_error = None
     if holdout:
-        if ending.spread is not None:  # the long design logs only its held-out answers, to confront them
-            log = oracle.log = QueryLog()
         before, mark = oracle.queries, (log.mark if log is not None else 0)
         batches = holdout_batches(rng, holdout, ending.holdout_length or max_length, model.d, f=ending.f,
                                   exact=tol.exact)
-        holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
+        if ending.spread is None:
+            holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
+        else:  # the long design logs only its held-out answers, to confront its covariance with them
+            log, mark, oracle.log = QueryLog(), 0, None
+            try:
+                oracle.log = log
+                holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
+            finally:
+                oracle.log = None
         queries["holdout"] = queries.get("holdout", 0) + oracle.queries - before
         if cert is not None:  # the held-out answers measure the noise again; the estimate only rises
             estimate = confront(cert, model, log, mark, estimate=estimate, tol=_CERT)
         elif ending.spread is not None:  # ... or test the long design's covariance; it only rises
             estimate, ending.diagnostics.holdout_chi2 = confront_spread(ending.spread, log, mark,
                                                                         estimate=estimate, tol=_CERT)
-            oracle.log = None
         limit = max(tol.holdout_output * eps_out / max(scale_ref, tol.tiny), tol.holdout_estimate * estimate)
         if holdout_error > limit:
             raise CheckFailedError(

@@ -155,8 +155,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``benchmarks/noise_design.py``); float64 oracles, ``heads`` given (at most
         :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`), ``nodes``, ``spread``,
         ``method``, ``robust`` and ``redraw_rounds`` unused; its estimate comes from the fits'
-        inverse Fisher matrices, confronted with the held-out answers. ``nodes``, ``robust`` and ``scale`` are the paper design's
-        options; ``bias`` serves both.
+        inverse Fisher matrices, confronted with the held-out answers. ``nodes``, ``robust`` and
+        ``scale`` are the paper design's options; ``bias`` serves both.
     relative_error : float, optional, keyword-only
         ``design="long"`` only: the standard deviation of each answer's error relative to the
         answer (e.g. ``6e-8`` for float32 arithmetic), added in quadrature to ``output_error``

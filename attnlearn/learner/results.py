@@ -52,10 +52,12 @@ class Diagnostics:
         Robust mode with long queries allowed: the paper design's error when the recovery fell
         back to the long design (``learn``'s ``max_length``); None otherwise.
     holdout_chi2 : float or None
-        ``design="long"``: :math:`\chi^2/m` of the held-out answers against the spread the
-        design's covariances predict (about 1 or less when they hold; a significant excess raised
-        the estimate, :func:`~attnlearn.learner.certificate.confront_spread`); None on the other
-        designs, whose ``Recovery.certificate`` holds theirs.
+        ``design="long"``: :math:`T/m`, the held-out answers' squared residuals over the
+        variances the design's covariance predicts, averaged (its mean is 1 when the covariance
+        holds, but the residuals share the parameters' errors, so it spreads far more than a
+        :math:`\chi^2_m/m`; a significant excess raised the estimate,
+        :func:`~attnlearn.learner.certificate.confront_spread`); None on the other designs,
+        whose ``Recovery.certificate`` holds theirs.
     """
 
     labels: object

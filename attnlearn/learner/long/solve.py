@@ -156,18 +156,21 @@ def estimate_error(W, v, Uinv, groups, perms, *, tol, beta=None, beta_sd=0.0):
 
 @dataclass
 class AnswerSpread:
-    r"""The covariances behind :func:`estimate_error`, as the spread of the model's answers: what
-    the held-out queries confront (:func:`~attnlearn.learner.certificate.confront_spread`).
+    r"""The covariances behind :func:`estimate_error`, as the joint spread of the model's answers:
+    what the held-out queries confront (:func:`~attnlearn.learner.certificate.confront_spread`).
 
     Attributes
     ----------
     model : MultiHeadAttention or AttentionLayer
         The heads of :func:`solve_heads` (before :func:`~attnlearn.canonical.canonical` orders them).
-    Uinv, groups, perms
-        :func:`solve_heads`' :math:`U^{-1}`, the groups (their ``covY`` and ``g_sd``) and the
-        permutations of :func:`link_groups`.
+    Uinv : ndarray (d, d)
+        :func:`solve_heads`' :math:`U^{-1}`.
+    groups : list of dict
+        The groups, their ``covY`` (H, w, w), w = d or d + 1 with score biases, and ``g_sd`` (H,).
+    perms : ndarray (d, H)
+        :func:`link_groups`' permutations: ``perms[k][h]`` is group k's head matched to head h.
     beta_sd : float
-        The offset's standard deviation (score biases).
+        The offset's standard deviation (score biases; 0 without).
     absolute, relative : float
         The answers' noise model (:func:`~attnlearn.learner.samples.noise_sd`).
     rounding : float
@@ -179,11 +182,17 @@ class AnswerSpread:
     (with score biases :math:`[G\;g_c]`, :math:`d\times(d+1)`, for :math:`[W_h\;c_h]`); with
     :math:`W_h=U^{-1}Y_h`, :math:`\langle G,\Delta W_h\rangle=\sum_kb_k^\top\Delta y_{h,k}`,
     :math:`b_k` the rows of :math:`B=U^{-\top}G`; with :math:`v_h=-U^{-1}\Gamma_h` the
-    gradient :math:`g_v` enters through :math:`a=U^{-\top}g_v`. Groups independent (as in
-    :func:`estimate_error`), the answer's first-order variance is
+    gradient :math:`g_v` enters through :math:`a=U^{-\top}g_v`. Every held-out answer carries
+    the same parameter errors, so their errors are correlated; with the groups independent and,
+    within a group, the heads' :math:`y` and :math:`\gamma` independent (what
+    :func:`estimate_error` assumes too: the group fits keep only their standard deviations), the
+    covariance of answers :math:`i,i'` is
 
-    .. math:: \sum_h\Big(\sum_kb_{h,k}^\top\operatorname{cov}(y_{h,k})\,b_{h,k}
-              +\sum_ka_{h,k}^2\operatorname{var}\gamma_{h,k}\Big)+\operatorname{var}\beta.
+    .. math:: K_{ii'}=\sum_h\sum_k\Big(b_{i,h,k}^\top\operatorname{cov}(y_{h,k})\,b_{i',h,k}
+              +a_{i,h,k}a_{i',h,k}\operatorname{var}\gamma_{h,k}\Big)+\operatorname{var}\beta
+              +\delta_{ii'}s_i^2,
+
+    :math:`s_i` the answer's own noise (:func:`~attnlearn.learner.samples.noise_sd` at its length).
 
     Used in: chapters 5b and 7 (through ``finish``).
     """
@@ -197,27 +206,45 @@ class AnswerSpread:
     relative: float
     rounding: float
 
-    def __call__(self, Xs):
-        """The model's answers to ``Xs`` (n, N, d), their first-order variance from the
-        design's covariances, and the answers' own noise variance: ``(f, model_var, noise_var)``."""
+    def residuals(self, data):
+        """The residuals of the model on ``data`` and their covariance.
+
+        Parameters
+        ----------
+        data : list of (ndarray (n, N, d), ndarray (n,))
+            Queries and the oracle's answers (:meth:`~attnlearn.learner.certificate.QueryLog.batches`).
+
+        Returns
+        -------
+        r : ndarray (m,)
+            Answer minus the model's, over every batch in order.
+        K : ndarray (m, m)
+            Their first-order covariance (Notes).
+        """
         family = Parameters(self.model)
-        f, J = family.answers(family.pack(self.model), Xs)
-        n, (H, d) = len(f), (family.H, family.d)
-        model_var = np.full(n, self.beta_sd**2)
+        theta = family.pack(self.model)
+        r, J, noise = [], [], []
+        for Xs, y in data:
+            f, Jb = family.answers(theta, Xs)
+            r.append(y - f)
+            J.append(Jb)
+            noise.append(noise_sd(f, absolute=self.absolute, relative=self.relative, length=Xs.shape[1],
+                                  rounding=self.rounding) ** 2)
+        r, J = np.concatenate(r), np.concatenate(J)
+        n, (H, d) = len(r), (family.H, family.d)
+        K = np.diag(np.concatenate(noise)) + self.beta_sd**2
         for h in range(H):
             block = J[:, h * family.per:(h + 1) * family.per]
             G = block[:, :d * d].reshape(n, d, d)
             if family.biased:  # [W_h c_h]: the score bias' gradient is the last column
                 G = np.concatenate([G, block[:, d * d + d:, None]], axis=2)
-            B = np.einsum("ik,nij->nkj", self.Uinv, G)  # (n, d, d[+1]): row k is b_k
+            B = np.einsum("ik,nij->nkj", self.Uinv, G)  # (n, d, w): row k is b_k
             a = block[:, d * d:d * d + d] @ self.Uinv  # (n, d)
             for k in range(d):
                 j = self.perms[k][h]
-                model_var += np.einsum("nj,jl,nl->n", B[:, k], self.groups[k]["covY"][j], B[:, k])
-                model_var += a[:, k] ** 2 * self.groups[k]["g_sd"][j] ** 2
-        noise = noise_sd(f, absolute=self.absolute, relative=self.relative, length=Xs.shape[1],
-                         rounding=self.rounding)
-        return f, model_var, noise**2
+                K += B[:, k] @ self.groups[k]["covY"][j] @ B[:, k].T
+                K += np.outer(a[:, k], a[:, k]) * self.groups[k]["g_sd"][j] ** 2
+        return r, K
 
 
 def check_V(v, V, estimate):
