@@ -81,6 +81,12 @@ class Ending:
 def finish(oracle, ending, *, opt, rng, tol):
     """Check the recovered model on the held-out queries and return the :class:`Recovery`.
 
+    A float64 paper or lean recovery is first refitted over every answer (:func:`~.certificate.certify`)
+    and its estimate confronted with the held-out answers (:func:`~.certificate.confront`); a long
+    design's run logs its held-out answers alone (a :class:`~.certificate.QueryLog` attached to
+    the access for them, detached after) and confronts its own covariance with them
+    (``ending.spread``, :func:`~.certificate.confront_spread`). Either only raises the estimate.
+
     Parameters
     ----------
     oracle : Access
