@@ -131,9 +131,9 @@ def finish(oracle, ending, *, opt, rng, tol):
         if ending.spread is None:
             holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
         else:  # the long design logs only its held-out answers, to confront its covariance with them
-            log, mark, oracle.log = QueryLog(), 0, None
+            log, mark = QueryLog(), 0
+            oracle.log = log
             try:
-                oracle.log = log
                 holdout_error, scale_ref = heldout_discrepancy(oracle, model, batches, rounded=True)
             finally:
                 oracle.log = None
