@@ -70,7 +70,10 @@ B = none and default, H = 4 about 60 s of CPU per layer): bias=False H = 1 20/20
 20/20 (5.2e-13, 3289), 20/20 (2.5e-11, 38250; 19 fell back); 0 raised, 0 silent, no error above its
 estimate (largest error/estimate 0.54); the held-out answers raised one estimate, the layer of
 seed 16 without biases (T/m = 12.3: its estimate from 0.98 to 3.4 times its error).
-DRAWN_PLACEHOLDER
+Drawn N(0, 1) biases (the same code, ``--heads 4 --modes "robust, max_length=4096" --bias drawn
+--json benchmarks/results/torch_float64_fallback_drawn_h4.json``, 34 min): H = 4 20/20 to 1e-4
+(median 1.0e-10, 48186 queries; 19 fell back after a raise), 0 raised, 0 silent, no estimate
+raised (T/m at most 0.83), smallest estimate/error 2.3.
 Projections N(0, 0.02²) (the same code, ``--init small --heads 1 2 4 --modes "robust,
 max_length=4096" --json benchmarks/results/torch_small_fallback.json``): H = 1 20/20 to 1e-6
 (median 5.0e-11, 1079 queries), H = 2 20/20 (5.6e-12, 3146, none fell back), H = 4 20/20 to 1e-4
