@@ -43,9 +43,11 @@ LongTolerances.rounding = 1/2):
              (every one at the anchored coarse pass, 19 in group 1 and 1 in group 3, after 2 redraws:
              the stretched anchor does not show its steps where the stretch puts them); the
              Cramer-Rao floor allows 4e-7 (chapter 5b)
-    --row 4,32,1e-16,20 (benchmarks/results/noise_design_H4_d32_f64.json):
-    H=4 d=32 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 19/20 median 5.8e-11 beyond 10x est 0 max e/est 1.44
-             queries/4Hd^2 8.8 longest 4096 161.6 s/model raised: none
+    --row 4,32,1e-16,20 (benchmarks/results/noise_design_H4_d32_f64.json; re-run 2026-12-06 on code
+    9934694, --workers 1 beside other runs; before it the largest error/estimate was 1.44: the held-out
+    answers raised two estimates, T/m 6.9 and 3.8):
+    H=4 d=32 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 19/20 median 5.1e-11 beyond 10x est 0 max e/est 0.55
+             queries/4Hd^2 8.7 longest 4096 175.4 s/model raised: none
     --row 6,8,1e-16,20 (benchmarks/results/noise_design_H6_d8_f64.json; re-run 2026-12-06 on code
     9934694, the estimate confronted with the held-out answers, --workers 1 beside other runs):
     H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 1.3e-10 beyond 10x est 0 max e/est 0.69
