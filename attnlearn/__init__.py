@@ -16,6 +16,7 @@ from .errors import (
     InconsistentHeadCountError,
     NotIdentifiableError,
     PoleError,
+    RankError,
     RecoveryError,
     UnmatchedHeadsError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "PoleError",
     "UnmatchedHeadsError",
     "IllConditionedError",
+    "RankError",
     "CheckFailedError",
     "AccuracyError",
     "ContextLimitError",

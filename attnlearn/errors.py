@@ -10,6 +10,7 @@ __all__ = [
     "PoleError",
     "UnmatchedHeadsError",
     "IllConditionedError",
+    "RankError",
     "CheckFailedError",
     "AccuracyError",
     "ContextLimitError",
@@ -38,6 +39,10 @@ class UnmatchedHeadsError(RecoveryError):
 
 class IllConditionedError(RecoveryError):
     """The estimated error of a step is too large for its result to mean anything."""
+
+
+class RankError(RecoveryError):
+    """A head's rank exceeds the ``rank=`` given, or its columns contradict a certified rank."""
 
 
 class CheckFailedError(RecoveryError):

@@ -8,7 +8,7 @@ import numpy as np
 
 from ._arith import as_real_array, is_mp, mp_exp, to_mp
 
-__all__ = ["MultiHeadAttention", "check_sequences", "random_model", "degenerate", "DEGENERACIES", "softmax_numerators",
+__all__ = ["MultiHeadAttention", "check_sequences", "random_model", "low_rank_model", "degenerate", "DEGENERACIES", "softmax_numerators",
            "mp_softmax_numerators"]
 
 
@@ -168,6 +168,37 @@ def random_model(H, d, *, seed=0, scale=1.0):
     """
     rng = np.random.default_rng(seed)
     return MultiHeadAttention(scale * rng.normal(size=(H, d, d)) / np.sqrt(d), rng.normal(size=(H, d)))
+
+
+def low_rank_model(H, d, p, *, seed=0, exact=False):
+    r"""A random model whose heads have rank ``p``: :math:`W_h=A_hB_h^\top` with
+    :math:`A_h,B_h` of size :math:`d\times p`, entries :math:`\mathcal N(0,1/(dp))` and
+    :math:`\mathcal N(0,1)` (drawn head by head, then :math:`v_h` entries :math:`\mathcal N(0,1)`),
+    as a real layer's
+    :math:`W_{k,h}^\top W_{q,h}/\sqrt p` (``design="rank"``).
+
+    ``exact=True`` gives :math:`W_h` as mpmath numbers holding the product of the float64 factors
+    exactly (each entry a sum of :math:`p` products of two float64 numbers, computed with every
+    bit it needs: 106 per product and the span of their exponents), so the heads have rank ``p`` at any precision; in float64 the rounded product has
+    singular values of :math:`10^{-16}` relative instead of 0, and an exact oracle's digits see them.
+
+    Used in: ``benchmarks/scale.py`` and ``tests/test_rank.py``."""
+    if not 1 <= p <= d:
+        raise ValueError(f"p must be between 1 and d = {d}, got {p}")
+    rng = np.random.default_rng(seed)
+    factors = [(rng.normal(size=(d, p)) / np.sqrt(d * p), rng.normal(size=(d, p))) for _ in range(H)]
+    v = rng.normal(size=(H, d))
+    if not exact:
+        return MultiHeadAttention(np.array([A @ B.T for A, B in factors]).reshape(H, d, d), v)
+    # every sum of p products of two float64 numbers exact: 106 bits per product, plus the span of
+    # their exponents, plus the carries
+    terms = np.abs(np.concatenate([(A[:, None, :] * B[None, :, :]).ravel() for A, B in factors]))
+    terms = terms[terms > 0]
+    span = (np.frexp(terms.max())[1] - np.frexp(terms.min())[1]) if terms.size else 0
+    with mpmath.workprec(int(106 + span + int(p).bit_length() + 2)):
+        W = np.array([[[mpmath.fsum(mpmath.mpf(A[i, j]) * mpmath.mpf(B[k, j]) for j in range(p))
+                        for k in range(d)] for i in range(d)] for A, B in factors], dtype=object).reshape(H, d, d)
+    return MultiHeadAttention(W, to_mp(v))
 
 
 #: The degenerate models of chapter 2, what :func:`degenerate` makes of a model.

@@ -136,7 +136,7 @@ def test_cost_is_the_lean_budget_and_refused_beyond_max_queries():
 
 def test_bad_design_arguments_are_refused():
     M = random_model(1, 2, seed=0)
-    with pytest.raises(ValueError, match='design must be "paper", "lean" or "long", got \'fast\''):
+    with pytest.raises(ValueError, match='design must be "paper", "lean", "long" or "rank", got \'fast\''):
         al.learn(Oracle(M, precision=DPS), 2, heads=1, design="fast")
     with pytest.raises(ValueError, match="design must be"):
         al.learn(Oracle(M, precision=DPS), 2, heads=1, design=None)

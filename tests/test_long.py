@@ -101,7 +101,7 @@ def test_fit_config_recovers_steps_and_ratio_grid():
 
 
 @pytest.mark.parametrize("kw, exc, match", [
-    (dict(design="longest"), ValueError, 'design must be "paper", "lean" or "long"'),
+    (dict(design="longest"), ValueError, 'design must be "paper", "lean", "long" or "rank"'),
     (dict(design="long"), ValueError, "pass max_length= explicitly"),
     (dict(design="long", max_length=32), ValueError, "max_length must be at least 64"),
     (dict(design="long", max_length=4096, heads=None, max_heads=2), ValueError, 'design="long" needs heads=H'),

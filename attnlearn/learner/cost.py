@@ -8,7 +8,7 @@ chapter 7 (the biased design's and robust mode's fallback) and chapter 8 (the le
 from .nodes import ratio_grid
 from .tolerances import LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, LongTolerances, Tolerances
 
-__all__ = ["query_budget", "bias_budget", "lean_budget", "lean_holdout_count", "long_cost", "holdout_count", "check_cost", "learn_cost", "fallback_length", "fallback_cost",
+__all__ = ["query_budget", "bias_budget", "lean_budget", "lean_holdout_count", "rank_floor", "rank_budget", "long_cost", "holdout_count", "check_cost", "learn_cost", "fallback_length", "fallback_cost",
            "long_holdout_count"]
 
 
@@ -77,16 +77,19 @@ def check_cost(parts, longest, *, max_queries, max_length, n):
                          f"than max_length = {max_length:,}; pass max_length={longest} to allow it")
 
 
-def learn_cost(d, n, *, robust, holdout, bias=False, design="paper"):
+def learn_cost(d, n, *, robust, holdout, bias=False, design="paper", rank=None):
     """The queries :func:`learn` will ask (by kind) and its longest query, known before any is asked:
     the design's :math:`4nd^2-2n+1` of length at most :math:`2n+1` (claims C6, C7; with
     ``design="lean"`` at most :math:`n(d^2+d)+2d-1`, :func:`~.lean.lean_budget`; with ``bias`` the
     biased design's :math:`4nd^2+4nd-2n+1`, :func:`~attnlearn.learner.cost.bias_budget`), robust mode's :math:`d-1`
     constants (:math:`d` with ``bias``) and the verification queries (:func:`holdout_count`; the lean
-    design's :func:`~.lean.lean_holdout_count`) (robust mode's redraws depend on the answers and are
+    design's :func:`~.lean.lean_holdout_count`; with ``design="rank"`` :func:`rank_budget` at the
+    ``rank`` given, or :math:`d`) (robust mode's redraws depend on the answers and are
     not counted; neither is robust mode's fallback, :func:`fallback_cost`)."""
     if design == "lean":
         (count, longest), held_out = lean_budget(d, n), lean_holdout_count(holdout, n)
+    elif design == "rank":
+        (count, longest), held_out = rank_budget(d, n, d if rank is None else rank), lean_holdout_count(holdout, n)
     else:
         (count, longest), held_out = (bias_budget(d, n) if bias else query_budget(d, n)), holdout_count(holdout, n)
     parts = {"design": count, "constants": (d if bias else d - 1) if robust else 0, "held-out": held_out}
@@ -155,3 +158,40 @@ def long_cost(d, H, L, *, tol, bias=False):
              "coarse": d * tol.per_group(d) * R,
              "placed": d * tol.per_group(d) * R, "links": (d - 1) * tol.link_configs * R if H > 1 else 0}
     return parts, L
+
+
+def rank_floor(d, n, p):
+    r"""The information floor of :math:`n` heads of rank :math:`p`: :math:`n(2dp-p^2+d)` real
+    parameters.
+
+    A rank-:math:`p` matrix :math:`W_h=A_hB_h^\top` (:math:`A_h,B_h` of size :math:`d\times p`)
+    has :math:`2dp` entries in its factors, but :math:`(A_hG,B_hG^{-\top})` gives the same
+    :math:`W_h` for every invertible :math:`G`: the :math:`p^2` entries of that gauge are not
+    parameters of the function, so :math:`W_h` has :math:`2dp-p^2` (the dimension of the
+    manifold of rank-:math:`p` matrices), and :math:`v_h` adds :math:`d`. A design that
+    recovers an open set of such models asks at least this many queries (one real number
+    each). At :math:`p=d`: :math:`n(d^2+d)`, the lean design's floor.
+
+    Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``."""
+    return n * (2 * d * p - p * p + d)
+
+
+def rank_budget(d, n, p):
+    r"""The rank design's count and longest query for :math:`n` heads of rank at most :math:`p`
+    (``learn(..., design="rank")``, :mod:`~.rank`): block 1 is the lean design's phase 1
+    (:math:`1+2nd` queries, and :math:`d-1` one-sample links for :math:`n\ge2`); then
+    :math:`\min(p,d-1)` full blocks of :math:`d` configurations and :math:`d-1-\min(p,d-1)`
+    reduced blocks of :math:`p`, :math:`2n` queries each, and every later block's constant
+    (one query):
+
+    .. math:: 2d-1+2nd+(d-1)+2n\,p\,(2d-p-1)\quad(p<d),\qquad 2nd^2+2d-1\quad(p=d,\ n\ge2),
+
+    i.e. :math:`2\,n(2dp-p^2+d)-2np+2d-1` for :math:`p<d`: below twice the floor
+    (:func:`rank_floor`). Longest query :math:`2n+1`. An upper bound when heads merge or some
+    rank is below :math:`p` (the count then follows the largest rank found).
+
+    Used in: ``benchmarks/scale.py``, and by :func:`learn_cost`."""
+    full = min(p, d - 1)
+    configs = d * full + p * (d - 1 - full)
+    links = d - 1 if n >= 2 else 0
+    return 1 + 2 * n * d + links + (d - 1) + 2 * n * configs, 2 * n + 1

@@ -4,7 +4,8 @@ an absurd cost, run the design, check the accuracy asked.
 Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 8.
 
 The designs are sibling packages over shared stages: :mod:`~.paper` (the paper's design, with
-``bias=True`` and robust mode), :mod:`~.lean` (chapter 8) and :mod:`~.long` (chapter 5b); the
+``bias=True`` and robust mode), :mod:`~.lean` (chapter 8), :mod:`~.long` (chapter 5b) and
+:mod:`~.rank` (heads of low rank); the
 options are built in :mod:`~.options`, the cost in :mod:`~.cost`, every tolerance is in
 :mod:`~.tolerances`.
 """
@@ -20,7 +21,7 @@ from .certificate import QueryLog
 from .fallback import with_fallback
 from .family import AFFINE, LINEAR
 from .lean.run import learn_lean
-from .options import LeanOptions, LongOptions, PaperOptions, Request, build_options
+from .options import LeanOptions, LongOptions, PaperOptions, RankOptions, Request, build_options
 from .paper.bias import learn_biased
 from .paper.run import run as run_paper
 from .tolerances import LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, MAX_QUERIES
@@ -31,7 +32,7 @@ __all__ = ["learn"]
 def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output_error=None, holdout=None,
           spread=None, method=None, redraw_rounds=None, nodes=None, max_queries=MAX_QUERIES,
           max_length=None, scale="auto", bias=False, design="paper", relative_error=None, accuracy=None,
-          fallback="auto"):
+          fallback="auto", rank=None):
     r"""Recover the canonical heads :math:`\{(W_h,v_h)\}` of a multi-head attention oracle.
 
     Parameters
@@ -142,7 +143,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         intercept (:math:`d+1` one-token queries, and each anchored group one more
         configuration, :func:`~attnlearn.learner.long.long_cost`). Default False (the paper's
         model and design, unchanged).
-    design : {"paper", "lean", "long"}, keyword-only
+    design : {"paper", "lean", "long", "rank"}, keyword-only
         The query design. ``"paper"`` (the default): the paper's block/link/cross design,
         :math:`4nd^2-2n+1` queries (claims C6, C7; everything above). ``"lean"``: the lean
         design of chapter 8, :math:`n(d^2+d)+2d-1` queries at most (:math:`d^2+d+1` for one
@@ -155,8 +156,13 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``benchmarks/noise_design.py``); float64 oracles, ``heads`` given (at most
         :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS`), ``nodes``, ``spread``,
         ``method``, ``robust`` and ``redraw_rounds`` unused; its estimate comes from the fits'
-        inverse Fisher matrices, confronted with the held-out answers. ``nodes``, ``robust`` and
-        ``scale`` are the paper design's options; ``bias`` serves both.
+        inverse Fisher matrices, confronted with the held-out answers. ``"rank"``: heads of low
+        rank (:mod:`attnlearn.learner.rank`): block 1 as the lean design's phase 1, then every
+        configuration labelled by its heights :math:`-u^\top v_h`, full blocks of :math:`d`
+        configurations until each head's rank is certified, the rest :math:`p` each;
+        :func:`~attnlearn.learner.cost.rank_budget` queries, below twice the information floor
+        :math:`n(2dp-p^2+d)` of rank-:math:`p` heads. ``nodes``, ``robust`` and ``scale`` are the
+        paper design's options; ``bias`` serves the paper's and the long design.
     relative_error : float, optional, keyword-only
         ``design="long"`` only: the standard deviation of each answer's error relative to the
         answer (e.g. ``6e-8`` for float32 arithmetic), added in quadrature to ``output_error``
@@ -181,6 +187,13 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         request that misses one (or with ``design`` other than ``"paper"``) is refused before any
         query, naming ``fallback`` and the missing condition. ``None``: never fall back, whatever
         ``max_length`` allows.
+    rank : int, optional, keyword-only
+        ``design="rank"`` only: an upper bound :math:`p\le d` on every head's rank (a layer's
+        head dimension). It sets the count ``max_queries`` is checked against
+        (:func:`~attnlearn.learner.cost.rank_budget` at :math:`p`; :math:`p=d` when not given)
+        and a head found of higher rank raises :class:`~attnlearn.errors.RankError`. The rank
+        itself is always found from the answers: a full block's column of each head that lies
+        in the span of its earlier ones certifies it.
 
     Returns
     -------
@@ -197,14 +210,15 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         :data:`~attnlearn.learner.options.UNUSED`: e.g. ``design="lean"`` with ``robust=True``,
         ``nodes=``, ``method=``, ``bias=True`` or ``scale=``; ``design="long"`` with
         ``method=``, ``nodes=``, ``spread=``, ``redraw_rounds=`` or ``scale=``; ``scale="search"`` in exact mode;
-        ``fallback="long"`` without robust mode, ``heads`` or a long enough ``max_length``); or a request
+        ``fallback="long"`` without robust mode, ``heads`` or a long enough ``max_length``; ``rank=``
+        with a design other than ``"rank"``, or above ``d``); or a request
         costing more than ``max_queries`` queries or ``max_length`` tokens per query, with its
         count and longest query. All are raised before any query.
     RecoveryError
         A subclass naming the configuration and the residual when a check fails:
         :class:`PoleError`, :class:`InconsistentHeadCountError`,
         :class:`UnmatchedHeadsError`, :class:`IllConditionedError`,
-        :class:`CheckFailedError`; :class:`AccuracyError` when ``accuracy`` is out of reach
+        :class:`CheckFailedError`, :class:`RankError` (``design="rank"``); :class:`AccuracyError` when ``accuracy`` is out of reach
         (before any query, after the recovery, or instead of any of these failures).
 
     Notes
@@ -237,7 +251,7 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         heads=heads, max_heads=max_heads, seed=seed, robust=robust, output_error=output_error, holdout=holdout,
         spread=spread, method=method, redraw_rounds=redraw_rounds, nodes=nodes, max_queries=max_queries,
         max_length=max_length, scale=scale, bias=bias, design=design, relative_error=relative_error,
-        fallback=fallback))
+        fallback=fallback, rank=rank))
     accuracy = None if accuracy is None else float(check_real(accuracy, "accuracy", positive=True))
     if accuracy is not None and isinstance(opt, LongOptions):  # the information limit, before any query
         refuse_out_of_reach(opt.d, opt.n, L=opt.max_length, relative=opt.relative_error, accuracy=accuracy)
@@ -264,6 +278,10 @@ def _run(oracle, opt, tol):
     with working_precision(oracle):
         if isinstance(opt, LeanOptions):
             return learn_lean(oracle, opt, tol)
+        if isinstance(opt, RankOptions):
+            from .rank.run import learn_rank
+
+            return learn_rank(oracle, opt, tol)
         pipeline = {LINEAR: run_paper, AFFINE: learn_biased}[opt.family]
         if opt.fallback:
             pipeline = with_fallback(pipeline)

@@ -14,7 +14,7 @@ from .family import LINEAR, Family, family_of
 from .tolerances import (FALLBACK_ESTIMATE, LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, LONG_MIN_LENGTH, MAX_LENGTH, MAX_QUERIES, LongTolerances,
                          Tolerances)
 
-__all__ = ["Request", "Options", "PaperOptions", "LeanOptions", "LongOptions", "DESIGNS", "UNUSED", "refuse_unused",
+__all__ = ["Request", "Options", "PaperOptions", "LeanOptions", "LongOptions", "RankOptions", "DESIGNS", "UNUSED", "refuse_unused",
            "build_options"]
 
 
@@ -53,6 +53,7 @@ class Request:
     design: object = "paper"
     relative_error: object = None
     fallback: object = "auto"
+    rank: object = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,19 @@ class LongOptions(Options):
     family: Family = LINEAR
 
 
-DESIGNS = ("paper", "lean", "long")
+@dataclass(frozen=True)
+class RankOptions(Options):
+    """``design="rank"``'s options (see :func:`learn`): its ``spread`` and ``rank`` (an upper bound
+    on every head's rank, or None: found from the answers alone).
+
+    Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``."""
+
+    design: ClassVar[str] = "rank"
+    spread: float = 1.0
+    rank: int = None
+
+
+DESIGNS = ("paper", "lean", "long", "rank")
 
 #: The options a design does not use, and why: each is refused before any query when given (not
 #: None), naming the option and the design (:func:`refuse_unused`). ``robust``, ``nodes`` (lean),
@@ -142,6 +155,9 @@ UNUSED = {
              "nodes": "its queries are ratio queries of max_length tokens",
              "spread": "it sets its own scale (LongTolerances.spread)",
              "redraw_rounds": "it redraws its groups itself (LongTolerances.group_redraws)"},
+    "rank": {"method": "it fits with the linearised formulation",
+             "redraw_rounds": "it redraws no configuration",
+             "nodes": "its configurations are asked at the ratio nodes"},
 }
 
 
@@ -152,7 +168,7 @@ def refuse_unused(design, given):
 
     Parameters
     ----------
-    design : {"paper", "lean", "long"}
+    design : {"paper", "lean", "long", "rank"}
         The design asked.
     given : dict of str to object
         The options as passed to :func:`~attnlearn.learner.learn.learn` (None: not given).
@@ -195,7 +211,10 @@ def build_options(oracle, d, request):
     """
     req = request
     if not isinstance(req.design, str) or req.design not in DESIGNS:
-        raise ValueError(f'design must be "paper", "lean" or "long", got {req.design!r}')
+        raise ValueError(f'design must be "paper", "lean", "long" or "rank", got {req.design!r}')
+    if req.rank is not None and req.design != "rank":
+        raise ValueError(f'rank is an option of design="rank" (design="{req.design}" learns every W_h as a full '
+                         "d x d matrix)")
     if not (req.fallback is None or (isinstance(req.fallback, str) and req.fallback in FALLBACKS)):
         raise ValueError(f'fallback must be "auto", "long" or None, got {req.fallback!r}')
     if req.fallback == "long" and req.design != "paper":
@@ -216,7 +235,7 @@ def build_options(oracle, d, request):
 
 
 def _paper_or_lean_options(oracle, d, req):
-    """:func:`build_options` for ``design="paper"`` and ``design="lean"`` (the checks in
+    """:func:`build_options` for ``design="paper"``, ``"lean"`` and ``"rank"`` (the checks in
     :func:`learn`'s order).
 
     Used in: chapters 4, 7 and 8."""
@@ -232,6 +251,9 @@ def _paper_or_lean_options(oracle, d, req):
     robust = check_flag(req.robust, "robust")
     if design == "lean" and robust:
         raise ValueError('robust=True is an option of design="paper"; design="lean" asks no block constant')
+    if design == "rank" and robust:
+        raise ValueError('robust=True is an option of design="paper"; design="rank" asks every block\'s constant and '
+                         "redraws no configuration")
     if design == "lean" and req.nodes is not None:
         raise ValueError('nodes is an option of design="paper"; design="lean" chooses its own nodes')
     if oracle.exact and robust:
@@ -250,7 +272,17 @@ def _paper_or_lean_options(oracle, d, req):
     if design == "lean" and bias:
         raise ValueError('bias=True is an option of design="paper" (the lean design learns the paper\'s model, '
                          'without biases)')
-    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias, design=design)
+    if design == "rank" and bias:
+        raise ValueError('bias=True is an option of design="paper" (the rank design learns the paper\'s model, '
+                         'without biases)')
+    if design == "rank" and not oracle.exact:
+        raise ValueError('design="rank" needs an exact oracle (Oracle(model, precision=...)): on a float64 oracle '
+                         "its queries of 2n + 1 tokens separate at most two heads and its first-order error estimate "
+                         'is far above the error (use design="long" or design="paper" with robust=True)')
+    rank = None if req.rank is None else check_count(req.rank, "rank")
+    if rank is not None and rank > d:
+        raise ValueError(f"rank must be at most d = {d} (a head's W_h is d x d), got rank={rank}")
+    parts, longest = learn_cost(d, n, robust=robust, holdout=holdout, bias=bias, design=design, rank=rank)
     fallback = _fallback(req, robust=robust, n=n, max_length=max_length)
     if fallback:  # the long design's queries too, should the paper's fail
         parts["fallback"] = fallback_cost(d, n, fallback, holdout=holdout, bias=bias)
@@ -259,6 +291,9 @@ def _paper_or_lean_options(oracle, d, req):
     if design == "lean":
         return LeanOptions(d, n, req.heads is not None, seed=seed, holdout=holdout, output_error=output_error,
                            spread=spread), tol
+    if design == "rank":
+        return RankOptions(d, n, req.heads is not None, seed=seed, holdout=holdout, output_error=output_error,
+                           spread=spread, rank=rank), tol
     return PaperOptions(d, n, req.heads is not None, seed=seed, holdout=holdout, output_error=output_error,
                         robust=robust, spread=spread, method=method, redraw_rounds=redraw_rounds, nodes=nodes,
                         scale=scale, family=family_of(bias), fallback=fallback, fallback_hint=req.fallback is not None), tol

@@ -221,6 +221,12 @@ class Tolerances:
         float64: :math:`v_h` is solved from the ``4 d`` most accurate of its equations (they
         carry nearly all the weight; the rest would multiply the cost by :math:`d/2` at
         :math:`d=64` for a negligible gain).
+    rank_gap : float
+        ``design="rank"``: a new column :math:`W_hq_k` lies in the span of the earlier ones when
+        its distance to that span is within ``match_safety`` times its first-order bound, and
+        outside when beyond ``rank_gap`` times that; in between the rank cannot be told and
+        the learner raises (:math:`10^3`: an in-span column's distance is first order in the
+        answers' errors, an outside one's is of the size of the column, many decades apart).
     """
 
     exact: bool
@@ -262,6 +268,7 @@ class Tolerances:
     refinement: float = 1e-2
     v_rows_per_dim: int = 4
     lean_separation: float = 1e3
+    rank_gap: float = 1e3
 
     @classmethod
     def for_mode(cls, *, exact, dps=None):
