@@ -18,7 +18,7 @@ REFUSED = [
     ("long", "nodes", "ratios"), ("long", "spread", 1.0), ("long", "redraw_rounds", 0),
     ("rank", "robust", True), ("rank", "nodes", "ratios"), ("rank", "bias", True), ("rank", "scale", "search"),
     ("rank", "method", "linearised"), ("rank", "redraw_rounds", 0), ("rank", "relative_error", 1e-8),
-    ("paper", "rank", 1), ("lean", "rank", 1), ("long", "rank", 1),
+    ("paper", "rank", 1), ("lean", "rank", 1),
 ]
 
 

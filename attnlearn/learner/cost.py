@@ -146,17 +146,21 @@ def lean_holdout_count(holdout, n):
     return max(holdout, 2 * n + 1) if holdout else 0
 
 
-def long_cost(d, H, L, *, tol, bias=False):
-    """The queries of the long design (by kind) and its longest query, known before any is asked:
+def long_cost(d, H, L, *, tol, bias=False, rank=None):
+    r"""The queries of the long design (by kind) and its longest query, known before any is asked:
     ``V`` (:math:`d`; :math:`d+1` with ``bias``), the probe, the anchors (with ``bias`` one more
     configuration per group, its origin), the two passes (:math:`2d` configurations per group
     each), the links (three per group after the first, none with one head); every configuration
-    costs one query per ratio."""
+    costs one query per ratio. With ``rank`` :math:`p` (:mod:`~.long.rank`) at most
+    :math:`\min(p+1,d)` groups are full and the others ask ``tol.per_group(p + 1)``
+    configurations per pass and no link (an upper bound: the count follows the ranks found)."""
     R = len(ratio_grid(L, tol.ratios(H))[0])
+    full = d if rank is None else min(rank + 1, d)
+    per_pass = full * tol.per_group(d) + (d - full) * tol.per_group(min(d, (rank or d) + 1))
     parts = {"V": d + bias, "probe": tol.probe_configs * R,
              "anchor": d * (tol.base_tries + 1 + bias) * R if H >= tol.anchored_heads else 0,
-             "coarse": d * tol.per_group(d) * R,
-             "placed": d * tol.per_group(d) * R, "links": (d - 1) * tol.link_configs * R if H > 1 else 0}
+             "coarse": per_pass * R,
+             "placed": per_pass * R, "links": (full - 1) * tol.link_configs * R if H > 1 else 0}
     return parts, L
 
 

@@ -188,12 +188,16 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         query, naming ``fallback`` and the missing condition. ``None``: never fall back, whatever
         ``max_length`` allows.
     rank : int, optional, keyword-only
-        ``design="rank"`` only: an upper bound :math:`p\le d` on every head's rank (a layer's
-        head dimension). It sets the count ``max_queries`` is checked against
-        (:func:`~attnlearn.learner.cost.rank_budget` at :math:`p`; :math:`p=d` when not given)
-        and a head found of higher rank raises :class:`~attnlearn.errors.RankError`. The rank
-        itself is always found from the answers: a full block's column of each head that lies
-        in the span of its earlier ones certifies it.
+        ``design="rank"`` or ``"long"``: an upper bound :math:`p\le d` on every head's rank (a
+        layer's head dimension). It sets the count ``max_queries`` is checked against
+        (:func:`~attnlearn.learner.cost.rank_budget` at :math:`p`, :math:`p=d` when not given;
+        :func:`~attnlearn.learner.cost.long_cost` with ``rank``) and a head found of higher rank
+        raises :class:`~attnlearn.errors.RankError`. The rank itself is always found from the
+        answers: a full block's column :math:`W_hq_k` (``"rank"``), or a full group's row
+        :math:`W_h^\top u_k` (``"long"``), that lies in the span of the head's earlier ones
+        certifies it. With ``design="long"`` the groups after it are regressed in each head's
+        row space, ``tol.per_group(p + 1)`` configurations per pass and no link
+        (:mod:`attnlearn.learner.long.rank`); without ``rank`` every group is full.
 
     Returns
     -------

@@ -117,7 +117,9 @@ class LeanOptions(Options):
 @dataclass(frozen=True)
 class LongOptions(Options):
     """``design="long"``'s options (see :func:`learn`): ``max_length`` (every ratio query's
-    length), ``relative_error`` and ``family`` (from ``bias``, :class:`~.family.Family`);
+    length), ``relative_error``, ``family`` (from ``bias``, :class:`~.family.Family`) and ``rank``
+    (an upper bound on every head's rank: the groups after the rank is certified are reduced,
+    :mod:`~.long.rank`; None: every group full);
     ``output_error`` is a float (0: none beyond the
     oracle's rounding).
 
@@ -127,6 +129,7 @@ class LongOptions(Options):
     max_length: int = LONG_MIN_LENGTH
     relative_error: float = 0.0
     family: Family = LINEAR
+    rank: int = None
 
 
 @dataclass(frozen=True)
@@ -212,9 +215,9 @@ def build_options(oracle, d, request):
     req = request
     if not isinstance(req.design, str) or req.design not in DESIGNS:
         raise ValueError(f'design must be "paper", "lean", "long" or "rank", got {req.design!r}')
-    if req.rank is not None and req.design != "rank":
-        raise ValueError(f'rank is an option of design="rank" (design="{req.design}" learns every W_h as a full '
-                         "d x d matrix)")
+    if req.rank is not None and req.design not in ("rank", "long"):
+        raise ValueError(f'rank is an option of design="rank" and design="long" (design="{req.design}" learns every '
+                         "W_h as a full d x d matrix)")
     if not (req.fallback is None or (isinstance(req.fallback, str) and req.fallback in FALLBACKS)):
         raise ValueError(f'fallback must be "auto", "long" or None, got {req.fallback!r}')
     if req.fallback == "long" and req.design != "paper":
@@ -388,9 +391,12 @@ def _long_options(oracle, d, req):
     holdout = check_count(tol.holdout if req.holdout is None else req.holdout, "holdout", 0)
     seed = check_seed(req.seed)
     max_queries = check_count(req.max_queries, "max_queries")
+    rank = None if req.rank is None else check_count(req.rank, "rank")
+    if rank is not None and rank > d:
+        raise ValueError(f"rank must be at most d = {d} (a head's W_h is d x d), got rank={rank}")
     lt = LongTolerances()
-    parts, longest = long_cost(d, n, max_length, tol=lt, bias=bias)
+    parts, longest = long_cost(d, n, max_length, tol=lt, bias=bias, rank=rank)
     parts["held-out"] = long_holdout_count(holdout, lt)
     check_cost(parts, longest, max_queries=max_queries, max_length=max_length, n=n)
     return LongOptions(d, n, True, seed=seed, holdout=holdout, output_error=output_error, max_length=max_length,
-                       relative_error=relative_error, family=family_of(bias)), tol
+                       relative_error=relative_error, family=family_of(bias), rank=rank), tol

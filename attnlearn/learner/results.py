@@ -58,6 +58,9 @@ class Diagnostics:
         :math:`\chi^2_m/m`; a significant excess raised the estimate,
         :func:`~attnlearn.learner.certificate.confront_spread`); None on the other designs,
         whose ``Recovery.certificate`` holds theirs.
+    ranks : list of int or None
+        ``design="long"`` with ``rank=``: each head's rank, certified from the groups
+        (:class:`~attnlearn.learner.long.rank.RowSpans`); None otherwise.
     """
 
     labels: object
@@ -75,6 +78,7 @@ class Diagnostics:
     cross_margin: object = None
     fallback: str = None
     holdout_chi2: float = None
+    ranks: list = None
 
     def record_matchings(self, *, link, cross):
         """Fill in the matchings' residuals and margins (``link``, ``cross``: a

@@ -412,6 +412,14 @@ class LongTolerances:
         error and 19 times or more below every estimate (chapter 5b), so a refused request
         lies 60 times or more below every error the learner has reached there and 190 times
         below everything it has certified.
+    rank_inside, rank_outside : float
+        ``rank=``: a full group's :math:`y_{h,k}` within 10 standard deviations of the span of
+        the head's earlier ones lies in it (its distance is the norm of a Gaussian vector of
+        that trace, about 1; 10 is beyond any noise even with one degree of freedom), beyond
+        :math:`10^3` it is a new direction (a float64 layer's rows are resolved to
+        :math:`10^{-8}` or better, so a new direction lies :math:`10^6` standard deviations
+        out or more); between the two the rank cannot be told and the group is drawn again
+        (:class:`~attnlearn.learner.long.rank.RowSpans`).
     """
 
     ratios_base: int = 16
@@ -450,6 +458,8 @@ class LongTolerances:
     trim_rounds: int = 3
     rounding: float = 1 / 2
     refuse_factor: float = 10.0
+    rank_inside: float = 10.0
+    rank_outside: float = 1e3
 
     def ratios(self, H):
         """Ratios per configuration with ``H`` heads."""

@@ -60,7 +60,7 @@ def _unit(rng, d):
     return v / np.linalg.norm(v)
 
 
-def coarse_pass(ctx, u, scale, *, rng):
+def coarse_pass(ctx, u, scale, *, rng, dim=None):
     r"""The first pass of one group, anchored: labels by continuity, not by clustering heights.
 
     1. :func:`_anchor`: ``tol.base_tries`` random :math:`q` of norm ``scale``, each fitted
@@ -80,6 +80,10 @@ def coarse_pass(ctx, u, scale, *, rng):
     often alike: labels by clustering :math:`\gamma` fail there (chapter 5b). A nudged
     configuration's steps stay within a fraction of a gap of the anchor's.
 
+    ``dim`` (default :math:`d`) is the dimension the group's regression solves for: a group of
+    heads whose row spaces are known (:mod:`~.rank`, ``dim`` :math:`p`) asks ``tol.per_group(p)``
+    nudged configurations.
+
     Returns ``(Q, F, sd, ends, fit)``."""
     d, H, tol = ctx.d, ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
@@ -89,7 +93,7 @@ def coarse_pass(ctx, u, scale, *, rng):
     rms = max(reach, 1e-12)
     move = min(tol.nudge * gap, tol.nudge_max)
     eta = move * np.linalg.norm(q0) / rms
-    m = tol.per_group(d)
+    m = tol.per_group(d if dim is None else dim)
     Wd = np.vstack([np.linalg.qr(rng.normal(size=(d, d)))[0].T for _ in range(-(-m // d))])[:m]
     Q, Fs, sds, ends, singles, perms = [q0], [F0], [sd0], [e0], [single0], [np.arange(H)]
     for w in Wd:
@@ -227,17 +231,18 @@ def _origin_starts(ctx, F, sd, ends):
     yield from (np.sort(ctx.rng.uniform(-half, half, H)) for _ in range(tol.repair_random))
 
 
-def random_pass(ctx, u, scale, *, rng):
+def random_pass(ctx, u, scale, *, rng, dim=None):
     r"""The first pass of one group with at most ``tol.anchored_heads - 1`` heads (the
     measured choice there: 20/20 at :math:`H=2`, :math:`d=16`, where the anchored pass's
     nudged configurations, bunched around one :math:`q_0`, gave 14/20): :math:`2d` random
     :math:`q` of norm ``scale``; every
     configuration fitted alone (AAA start, weighted LM), the heads labelled against the
-    sorted-median reference of :math:`\gamma`, then the joint fit (:func:`fit_group`).
+    sorted-median reference of :math:`\gamma`, then the joint fit (:func:`fit_group`); ``dim`` as
+    :func:`coarse_pass`'s.
 
     Returns ``(Q, F, sd, ends, fit)``."""
     d, H = ctx.d, ctx.H
-    m = ctx.tol.per_group(d)
+    m = ctx.tol.per_group(d if dim is None else dim)
     Q = np.array([_unit(rng, d) * scale for _ in range(m)])
     Fs, sds, ends, singles = [], [], [], []
     for q in Q:
@@ -352,7 +357,7 @@ def _fit_group_checked(ctx, F, sd, ends, g, C, c):
             "steps): the heads cannot be told apart in this group") from None
 
 
-def placed_pass(ctx, u, Y, scale, *, rng):
+def placed_pass(ctx, u, Y, scale, *, rng, dim=None):
     r"""The second pass of one group: :math:`2d` values of :math:`q=-Y^+t+Nr` whose predicted
     steps :math:`c=-Yq=t` sit on a grid ``tol.spacing`` nats apart (random order and offset),
     :math:`N` a basis of the null space of :math:`Y` and :math:`r` random (so the :math:`q`
@@ -361,11 +366,12 @@ def placed_pass(ctx, u, Y, scale, *, rng):
     :math:`H\ge d` there is no null space and the :math:`q` are random. With score biases
     (``Y`` of :func:`regress_y` with its intercept column :math:`\kappa`) the steps sit at
     :math:`-Yq-\kappa` and :math:`q=-Y^+(t+\kappa)+Nr` (the grid halved at most
-    ``tol.placed_halvings`` times: :math:`-Y^+\kappa` alone may exceed the cap).
+    ``tol.placed_halvings`` times: :math:`-Y^+\kappa` alone may exceed the cap). ``dim`` as
+    :func:`coarse_pass`'s.
 
     Returns ``(Q, F, sd, ends, c_pred)``."""
     d, H, tol = ctx.d, ctx.H, ctx.tol
-    m = tol.per_group(d)
+    m = tol.per_group(d if dim is None else dim)
     kappa = Y[:, d] if Y.shape[1] > d else np.zeros(H)
     Y = Y[:, :d]
     pinv = np.linalg.pinv(Y)

@@ -16,28 +16,36 @@ from ..results import Diagnostics
 from ..tolerances import LongTolerances
 from .ask import Context, ask_V
 from .passes import _fit_group_checked, _repair, _trim, _unit, coarse_pass, placed_pass, probe_scale, random_pass
-from .solve import AnswerSpread, check_V, estimate_error, link_groups, regress_y, solve_heads
+from .rank import RowSpans, regress_in_spans
+from .solve import AnswerSpread, check_V, estimate_error, link_group, link_groups, regress_y, solve_heads
 
-__all__ = ["draw_groups", "learn_long"]
+__all__ = ["draw_groups", "draw_groups_ranked", "learn_long"]
 
 
 # ---------------------------------------------------------------- the pipeline
-def _group(ctx, u, scale, rng):
-    """Both passes of one group, the regression after each; the group's heights, y and covariances."""
+def _group(ctx, u, scale, rng, *, spans=None):
+    """Both passes of one group, the regression after each; the group's heights, y and covariances
+    (regressed in the heads' row spaces, :func:`~.rank.regress_in_spans`, when ``spans`` is given:
+    then with its assignment ``perm`` and ``margin``)."""
     try:
-        return _passes(ctx, u, scale, rng)
+        return _passes(ctx, u, scale, rng, spans)
     except np.linalg.LinAlgError as exc:  # a fit or a solve without information
         raise IllConditionedError(f"a group's fits are degenerate ({exc}): two heads cannot be told apart "
                                   "there at this output error") from None
 
 
-def _passes(ctx, u, scale, rng):
+def _passes(ctx, u, scale, rng, spans):
     """:func:`_group`'s stages."""
-    tol = ctx.tol
+    tol, affine = ctx.tol, ctx.family.affine
+    if spans is None:
+        dim, regress = None, lambda Q, fit: regress_y(Q, fit, tol=tol, intercept=affine) + (None, None)
+    else:  # a reduced group: as many configurations as its heads' row spaces need
+        dim = min(ctx.d, max(spans.ranks) + 1)
+        regress = lambda Q, fit: regress_in_spans(Q, fit, spans, tol=tol, intercept=affine)  # noqa: E731
     first = coarse_pass if ctx.H >= tol.anchored_heads else random_pass
-    Q1, F1, sd1, e1, fit1 = first(ctx, u, scale, rng=rng)
-    Y1, _, _ = regress_y(Q1, fit1, tol=tol, intercept=ctx.family.affine)
-    Q2, F2, sd2, e2, pred = placed_pass(ctx, u, Y1, scale, rng=rng)
+    Q1, F1, sd1, e1, fit1 = first(ctx, u, scale, rng=rng, dim=dim)
+    Y1 = regress(Q1, fit1)[0]
+    Q2, F2, sd2, e2, pred = placed_pass(ctx, u, Y1, scale, rng=rng, dim=dim)
     Q = np.vstack([Q1, Q2])
     F, sd = np.vstack([F1, F2]), np.vstack([sd1, sd2])
     ends = tuple(np.concatenate([a, b]) for a, b in zip(e1, e2))
@@ -45,9 +53,9 @@ def _passes(ctx, u, scale, rng):
     c0 = np.vstack([fit1.c, pred])
     fit = _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)
     fit = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, fit))
-    Y, covY, used = regress_y(Q, fit, tol=tol, intercept=ctx.family.affine)
+    Y, covY, used, perm, margin = regress(Q, fit)
     return {"g": fit.g, "g_sd": fit.g_sd, "Y": Y, "covY": covY, "reduced": fit.reduced,
-            "used": int(used.sum()), "configs": len(Q)}
+            "used": int(used.sum()), "configs": len(Q), "perm": perm, "margin": margin}
 
 
 def _orthonormal(rng, d):
@@ -114,6 +122,60 @@ def draw_groups(ctx, scale, *, rng):
     return np.array(U), groups, redrawn, spent
 
 
+def draw_groups_ranked(ctx, scale, *, rng, limit):
+    r"""``learn(..., design="long", rank=p)``: the groups of :func:`draw_groups` (the same directions
+    and redraws), full ones labelled by their links as they come and their rows tested against
+    each head's row space (:class:`~.rank.RowSpans`), then, once every head's rank is certified,
+    reduced groups regressed in the row spaces (:func:`~.rank.regress_in_spans`, no link).
+    Returns ``(U, groups, perms, margins, redrawn, redraw_queries, spans)``.
+
+    Raises
+    ------
+    IllConditionedError
+        A group still degenerate, or its rank test undecided, after its redraws.
+    RankError
+        A head of rank above ``limit``.
+    UnmatchedHeadsError
+        A link, or a reduced group's assignment, without a margin."""
+    d, H = ctx.d, ctx.H
+    U, groups, perms, margins, redrawn, spent, spans = [], [], [], [], [], 0, None
+    O = _orthonormal(rng, d)
+    for k in range(d):
+        for attempt in range(ctx.tol.group_redraws + 1):
+            before = ctx.ask.queries
+            if attempt and k < d - 1:
+                O[k:] = _orthonormal(rng, d - k) @ O[k:]
+            elif attempt:
+                O[k] = _unit(rng, d)
+            u = O[k] * scale
+            try:
+                reduced = spans is not None and spans.certified
+                group = _group(ctx, u, scale, rng, spans=spans if reduced else None)
+                if reduced:
+                    perm, margin = group["perm"], group["margin"]
+                elif k == 0 or H == 1:
+                    perm, margin = np.arange(H), np.inf
+                else:
+                    perm, margin = link_group(ctx, U[0] + u, groups[0], group, scale, k=k, rng=rng)
+                if not reduced:
+                    Y, covY = group["Y"][perm][:, :d], group["covY"][perm][:, :d, :d]
+                    if spans is None:
+                        spans = RowSpans.start(Y, covY)
+                    else:
+                        spans.add_group(Y, covY, limit=limit, tol=ctx.tol, k=k)
+                U.append(u)
+                groups.append(group)
+                perms.append(perm)
+                margins.append(margin)
+                break
+            except IllConditionedError as exc:
+                spent += ctx.ask.queries - before
+                redrawn.append(f"group({k + 1})")
+                if attempt == ctx.tol.group_redraws:
+                    raise IllConditionedError(f"group {k + 1}, after {attempt} redraws: {exc}") from None
+    return np.array(U), groups, np.array(perms), np.array(margins), redrawn, spent, spans
+
+
 def learn_long(ask, opt, tol):
     """The stages of ``learn(..., design="long")`` in order (module docstring); returns the
     :class:`~attnlearn.learner.results.Recovery` checked by :func:`~attnlearn.learner.finish.finish`."""
@@ -127,8 +189,14 @@ def learn_long(ask, opt, tol):
     start = ask.queries
     ctx.V, ctx.V_sd = ask_V(ctx)
     scale, reprobes = probe_scale(ctx, rng=rng)
-    U, groups, redrawn, redraw_queries = draw_groups(ctx, scale, rng=rng)
-    perms, margins = link_groups(ctx, U, groups, scale, rng=rng)
+    if opt.rank is None:
+        U, groups, redrawn, redraw_queries = draw_groups(ctx, scale, rng=rng)
+        perms, margins = link_groups(ctx, U, groups, scale, rng=rng)
+        ranks = None
+    else:
+        U, groups, perms, margins, redrawn, redraw_queries, spans = draw_groups_ranked(ctx, scale, rng=rng,
+                                                                                        limit=opt.rank)
+        ranks = [r if r is not None else d for r in spans.ranks]
     W, v, Uinv = solve_heads(U, groups, perms)
     estimate = estimate_error(W, v, Uinv, groups, perms, tol=lt, beta=ctx.beta if ctx.family.affine else None,
                               beta_sd=ctx.beta_sd)
@@ -147,7 +215,8 @@ def learn_long(ask, opt, tol):
     diag = Diagnostics(labels=[f"group({k + 1})" for k in range(d)], pairs=[(int(L - bb), int(bb)) for bb in b],
                        interp_residual=np.array([g["reduced"] for g in groups]),
                        condition=np.array([np.linalg.cond(U)] * d), scale={"factor": scale, "probe_max_abs_ell": None},
-                       V=ctx.V, redrawn=redrawn, redrawn_blocks=[], link_margin=margins[1:] if d > 1 else None)
+                       V=ctx.V, redrawn=redrawn, redrawn_blocks=[], link_margin=margins[1:] if d > 1 else None,
+                       ranks=ranks)
     ending = Ending(model, queries, diag, estimate=estimate, eps_out=eps_out, f=scale**2, max_length=L,
                     spread=spread, holdout_length=lt.holdout_length)
     return finish(ask, ending, opt=opt, rng=rng, tol=tol)

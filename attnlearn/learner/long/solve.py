@@ -15,7 +15,7 @@ from ..certificate import Parameters
 from ..samples import noise_sd
 from .passes import _unit
 
-__all__ = ["regress_y", "link_groups", "solve_heads", "estimate_error", "AnswerSpread", "check_V"]
+__all__ = ["regress_y", "regress_positions", "link_groups", "link_group", "solve_heads", "estimate_error", "AnswerSpread", "check_V"]
 
 
 def regress_y(Q, fit, *, tol, intercept=False):
@@ -35,34 +35,46 @@ def regress_y(Q, fit, *, tol, intercept=False):
         ``tol.regression_chi2`` (mislabelled heads: the positions are not linear in :math:`q`).
     """
     m, H = fit.c.shape
-    if intercept:
-        Q = np.column_stack([Q, np.ones(m)])
-    d = Q.shape[1]
-    Y, covs, used = np.zeros((H, d)), np.zeros((H, d, d)), np.zeros((H, m), bool)
+    X = np.column_stack([Q, np.ones(m)]) if intercept else Q
+    Y, covs, used = np.zeros((H, X.shape[1])), np.zeros((H, X.shape[1], X.shape[1])), np.zeros((H, m), bool)
     for h in range(H):
-        keep = np.ones(m, bool)
-        for _ in range(tol.outlier_rounds):
-            A = -Q[keep] / fit.c_sd[keep, h, None]
-            bvec = fit.c[keep, h] / fit.c_sd[keep, h]
-            y, *_ = np.linalg.lstsq(A, bvec, rcond=None)
-            resid = np.abs(-Q @ y - fit.c[:, h]) / fit.c_sd[:, h]
-            new = resid <= tol.outlier_sigma * max(1.0, np.sqrt(np.median(resid[keep] ** 2)))
-            if np.array_equal(new, keep):
-                break
-            keep = new
-            if keep.sum() < d + 1:
-                raise IllConditionedError(
-                    f"only {keep.sum()} of {m} configurations of a group agree on head {h + 1}'s steps "
-                    f"(need {d + 1}): the fits are unreliable at this output error")
-        A = -Q[keep] / fit.c_sd[keep, h, None]
-        cov = np.linalg.inv(A.T @ A)
-        red = float(np.sum((A @ y - fit.c[keep, h] / fit.c_sd[keep, h]) ** 2)) / max(1, keep.sum() - d)
+        y, cov, keep, red = regress_positions(X, fit.c[:, h], fit.c_sd[:, h], tol=tol, what=f"head {h + 1}'s")
         if red > tol.regression_chi2 or keep.sum() < tol.regression_keep * m:
             raise IllConditionedError(
                 f"head {h + 1}'s step positions in a group are not linear in q (reduced chi2 {red:.3g} over "
                 f"{keep.sum()} of {m} configurations): some configurations' heads are mislabelled")
         Y[h], covs[h], used[h] = y, cov * max(1.0, red), keep
     return Y, covs, used
+
+
+def regress_positions(X, c, c_sd, *, tol, what):
+    r"""One head's weighted least squares :math:`c_j\approx-x_j^\top y` over the rows ``X`` (m, w)
+    (the configurations' :math:`q`, with a column of ones for an intercept, or their coordinates
+    in a row space, :mod:`~.rank`), rows beyond ``tol.outlier_sigma`` standard deviations dropped
+    (at most ``tol.outlier_rounds`` times). Returns ``(y, cov, keep, reduced)``: the solution, its
+    covariance (unscaled), the rows kept and the reduced :math:`\chi^2`.
+
+    Raises
+    ------
+    IllConditionedError
+        Fewer than :math:`w+1` rows left (``what`` names the head in the message)."""
+    m, w = X.shape
+    keep = np.ones(m, bool)
+    for _ in range(tol.outlier_rounds):
+        A = -X[keep] / c_sd[keep, None]
+        y, *_ = np.linalg.lstsq(A, c[keep] / c_sd[keep], rcond=None)
+        resid = np.abs(-X @ y - c) / c_sd
+        new = resid <= tol.outlier_sigma * max(1.0, np.sqrt(np.median(resid[keep] ** 2)))
+        if np.array_equal(new, keep):
+            break
+        keep = new
+        if keep.sum() < w + 1:
+            raise IllConditionedError(
+                f"only {keep.sum()} of {m} configurations of a group agree on {what} steps "
+                f"(need {w + 1}): the fits are unreliable at this output error")
+    A = -X[keep] / c_sd[keep, None]
+    red = float(np.sum((A @ y - c[keep] / c_sd[keep]) ** 2)) / max(1, keep.sum() - w)
+    return y, np.linalg.inv(A.T @ A), keep, red
 
 
 def link_groups(ctx, U, groups, scale, *, rng):
@@ -79,34 +91,46 @@ def link_groups(ctx, U, groups, scale, *, rng):
     UnmatchedHeadsError
         The best pairing does not beat the runner-up by ``tol.link_margin``.
     """
-    d, H, tol = ctx.d, ctx.H, ctx.tol
+    d, H = ctx.d, ctx.H
     if H == 1:  # one head: nothing to match, no link asked
         return np.zeros((d, 1), int), np.full(d, np.inf)
     perms, margins = [np.arange(H)], [np.inf]
-    all_perms = np.array(list(itertools.permutations(range(H))))
-    g1, Y1 = groups[0]["g"], groups[0]["Y"]
     for k in range(1, d):
-        u = U[0] + U[k]
-        gk, Yk = groups[k]["g"], groups[k]["Y"]
-        chi = np.zeros(len(all_perms))
-        for _ in range(tol.link_configs):
-            q = _unit(rng, d) * scale
-            F, sd = ctx.config(u, q)
-            Vq = ctx.ends(u, q)[0]
-            heights = g1[None, :] + gk[all_perms]  # (P, H)
-            qb = ctx.family.row(q)  # with affine positions a row of Y is (y, kappa)
-            pos = -(Y1 @ qb)[None, :] - (Yk @ qb)[all_perms]  # (P, H)
-            pred = Vq + np.einsum("prh,ph->pr", expit(pos[:, None, :] - ctx.z[None, :, None]), heights)
-            chi += np.sum(((pred - F[None, :]) / sd[None, :]) ** 2, axis=1)
-        order = np.argsort(chi)
-        margin = chi[order[1]] / max(chi[order[0]], 1e-300) if H > 1 else np.inf
-        if margin < tol.link_margin:
-            raise UnmatchedHeadsError(
-                f"link(1,{k + 1}): the best pairing of the heads of groups 1 and {k + 1} (chi2 {chi[order[0]]:.3g}) "
-                f"is within a factor {tol.link_margin:g} of the runner-up ({chi[order[1]]:.3g}): heads too alike")
-        perms.append(all_perms[order[0]])
+        perm, margin = link_group(ctx, U[0] + U[k], groups[0], groups[k], scale, k=k, rng=rng)
+        perms.append(perm)
         margins.append(margin)
     return np.array(perms), np.array(margins)
+
+
+def link_group(ctx, u, first, group, scale, *, k, rng):
+    r"""One link of :func:`link_groups`: ``tol.link_configs`` configurations with :math:`u=u_1+u_k`
+    (``u``) matched to the heads of group 1 (``first``) and group :math:`k` (``group``, its ``g``
+    and ``Y``). Returns ``(perm, margin)``.
+
+    Raises
+    ------
+    UnmatchedHeadsError
+        The best pairing does not beat the runner-up by ``tol.link_margin``."""
+    d, H, tol = ctx.d, ctx.H, ctx.tol
+    all_perms = np.array(list(itertools.permutations(range(H))))
+    g1, Y1, gk, Yk = first["g"], first["Y"], group["g"], group["Y"]
+    chi = np.zeros(len(all_perms))
+    for _ in range(tol.link_configs):
+        q = _unit(rng, d) * scale
+        F, sd = ctx.config(u, q)
+        Vq = ctx.ends(u, q)[0]
+        heights = g1[None, :] + gk[all_perms]  # (P, H)
+        qb = ctx.family.row(q)  # with affine positions a row of Y is (y, kappa)
+        pos = -(Y1 @ qb)[None, :] - (Yk @ qb)[all_perms]  # (P, H)
+        pred = Vq + np.einsum("prh,ph->pr", expit(pos[:, None, :] - ctx.z[None, :, None]), heights)
+        chi += np.sum(((pred - F[None, :]) / sd[None, :]) ** 2, axis=1)
+    order = np.argsort(chi)
+    margin = chi[order[1]] / max(chi[order[0]], 1e-300) if H > 1 else np.inf
+    if margin < tol.link_margin:
+        raise UnmatchedHeadsError(
+            f"link(1,{k + 1}): the best pairing of the heads of groups 1 and {k + 1} (chi2 {chi[order[0]]:.3g}) "
+            f"is within a factor {tol.link_margin:g} of the runner-up ({chi[order[1]]:.3g}): heads too alike")
+    return all_perms[order[0]], margin
 
 
 def solve_heads(U, groups, perms):
