@@ -95,7 +95,7 @@ def layer(d, H, i):
     return m, r
 
 
-def _child(d, H, i, progress, conn):
+def _child(d, H, i, progress, conn, how=None):
     """Learn layer ``i`` in this (spawned) process; send its record through ``conn``.
     ``progress`` (shared doubles): queries and oracle CPU seconds after every answered batch."""
     import torch
@@ -130,17 +130,21 @@ def _child(d, H, i, progress, conn):
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            rec = learn(oracle, d, heads=H, seed=i, bias=True, robust=True, max_length=4096)
+            if how is None:  # the baseline: robust mode and its fallback
+                rec = learn(oracle, d, heads=H, seed=i, bias=True, robust=True, max_length=4096)
+            else:  # the long design with the head dimension as rank bound
+                rec = learn(oracle, d, heads=H, seed=i, bias=True, design="long", max_length=how["length"],
+                            rank=how["rank"])
     except Exception as exc:  # noqa: BLE001 - every failure is a measurement
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         out.update(outcome=type(exc).__name__, message=str(exc), error=None, error_estimate=None,
-                   queries=int(oracle.queries), queries_by_kind=None, fallback=None, longest=None)
+                   queries=int(oracle.queries), queries_by_kind=None, fallback=None, longest=None, ranks=None)
     else:
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         err = bias_error(rec.model, from_torch(m, readout=r))
         out.update(outcome="returned", message=None, error=float(err), error_estimate=float(rec.error_estimate),
                    queries=int(rec.queries["total"]), queries_by_kind={k: int(v) for k, v in rec.queries.items()},
-                   fallback=rec.diagnostics.fallback, longest=int(rec.max_length))
+                   fallback=rec.diagnostics.fallback, longest=int(rec.max_length), ranks=rec.diagnostics.ranks)
     out.update(cpu_s=cpu, wall_s=wall, oracle_cpu_s=oracle.oracle_cpu, learner_cpu_s=cpu - oracle.oracle_cpu)
     conn.send(out)
     conn.close()
@@ -156,12 +160,13 @@ def _proc_cpu(pid):
         return None
 
 
-def run(d, H, i, *, timeout):
-    """One layer in a spawned process, killed after ``timeout`` seconds of wall time."""
+def run(d, H, i, *, timeout, how=None):
+    """One layer in a spawned process, killed after ``timeout`` seconds of wall time (``how``: None
+    for the baseline, else the long design's ``length`` and ``rank``)."""
     ctx = mp.get_context("spawn")
     progress = ctx.Array("d", 4, lock=False)
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(d, H, i, progress, child), daemon=True)
+    proc = ctx.Process(target=_child, args=(d, H, i, progress, child, how), daemon=True)
     w0 = time.perf_counter()
     proc.start()
     child.close()
@@ -183,10 +188,10 @@ def run(d, H, i, *, timeout):
     fell = None if longest is None or longest <= 129 else f"(long queries after {int(progress[2])} queries)"
     if alive:
         return dict(outcome="timeout", message=f"killed after {wall:.0f} s of wall time", error=None,
-                    error_estimate=None, queries=q, queries_by_kind=None, fallback=fell, longest=longest,
+                    error_estimate=None, queries=q, queries_by_kind=None, fallback=fell, longest=longest, ranks=None,
                     cpu_s=cpu, wall_s=wall, oracle_cpu_s=ocpu, learner_cpu_s=None if cpu is None else cpu - ocpu)
     return dict(outcome="died", message=f"exit code {proc.exitcode}", error=None, error_estimate=None, queries=q,
-                queries_by_kind=None, fallback=None, longest=None, cpu_s=None, wall_s=wall, oracle_cpu_s=ocpu,
+                queries_by_kind=None, fallback=None, longest=None, ranks=None, cpu_s=None, wall_s=wall, oracle_cpu_s=ocpu,
                 learner_cpu_s=None)
 
 
@@ -219,19 +224,24 @@ def main():
     ap.add_argument("--first", type=int, default=0, help="seed of the first layer (default 0)")
     ap.add_argument("--json", default=None, help="append every layer's record to this JSON list")
     ap.add_argument("--timeout", type=float, default=1800.0, help="wall seconds per layer (default 1800)")
+    ap.add_argument("--rank", action="store_true",
+                    help='design="long" with rank = d // H (the head dimension) instead of robust mode')
+    ap.add_argument("--length", type=int, default=512, help="with --rank: the long queries' length (default 512)")
     args = ap.parse_args()
     import torch
 
     import attnlearn
 
     meta = dict(commit=_commit(), date=datetime.date.today().isoformat(), torch=torch.__version__,
-                timeout_s=args.timeout)
+                timeout_s=args.timeout, design="long, rank" if args.rank else "robust",
+                length=args.length if args.rank else None)
     print(f"attnlearn from {attnlearn.__file__}, commit {meta['commit']}, torch {meta['torch']}", flush=True)
     print("| d | H | seed | outcome | error | estimate | queries | fallback | longest | CPU s | oracle s | wall s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for H in args.heads:
         for i in range(args.first, args.first + args.models):
-            out = run(args.d, H, i, timeout=args.timeout)
+            how = dict(length=args.length, rank=args.d // H) if args.rank else None
+            out = run(args.d, H, i, timeout=args.timeout, how=how)
             rec = dict(d=args.d, H=H, p=args.d // H, seed=i, **out, **meta)
             f = lambda x, s=".1e": "-" if x is None else format(x, s)  # noqa: E731
             print(f"| {args.d} | {H} | {i} | {rec['outcome']} | {f(rec['error'])} | {f(rec['error_estimate'])} "

@@ -10,6 +10,7 @@ from ...canonical import canonical
 from ...errors import IllConditionedError
 from ...layer import AttentionLayer
 from ...model import MultiHeadAttention
+from ...progress import LONG_RUN, progress
 from ..finish import Ending, finish
 from ..nodes import ratio_grid
 from ..results import Diagnostics
@@ -102,7 +103,7 @@ def draw_groups(ctx, scale, *, rng):
     """
     U, groups, redrawn, spent = [], [], [], 0
     O = _orthonormal(rng, ctx.d)
-    for k in range(ctx.d):
+    for k in progress(range(ctx.d), desc="groups", delay=LONG_RUN):
         for attempt in range(ctx.tol.group_redraws + 1):
             before = ctx.ask.queries
             if attempt and k < ctx.d - 1:  # a new direction orthogonal to the groups before
@@ -140,7 +141,7 @@ def draw_groups_ranked(ctx, scale, *, rng, limit):
     d, H = ctx.d, ctx.H
     U, groups, perms, margins, redrawn, spent, spans = [], [], [], [], [], 0, None
     O = _orthonormal(rng, d)
-    for k in range(d):
+    for k in progress(range(d), desc="groups", delay=LONG_RUN):
         for attempt in range(ctx.tol.group_redraws + 1):
             before = ctx.ask.queries
             if attempt and k < d - 1:
