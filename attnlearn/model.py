@@ -182,7 +182,7 @@ def low_rank_model(H, d, p, *, seed=0, exact=False):
     bit it needs: 106 per product and the span of their exponents), so the heads have rank ``p`` at any precision; in float64 the rounded product has
     singular values of :math:`10^{-16}` relative instead of 0, and an exact oracle's digits see them.
 
-    Used in: ``benchmarks/scale.py`` and ``tests/test_rank.py``."""
+    Used in: chapter 9 (real sizes) and ``benchmarks/rank.py``."""
     if not 1 <= p <= d:
         raise ValueError(f"p must be between 1 and d = {d}, got {p}")
     rng = np.random.default_rng(seed)

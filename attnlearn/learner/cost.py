@@ -176,7 +176,7 @@ def rank_floor(d, n, p):
     recovers an open set of such models asks at least this many queries (one real number
     each). At :math:`p=d`: :math:`n(d^2+d)`, the lean design's floor.
 
-    Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``."""
+    Used in: chapter 9 (real sizes) and ``benchmarks/rank.py``."""
     return n * (2 * d * p - p * p + d)
 
 
@@ -194,7 +194,7 @@ def rank_budget(d, n, p):
     (:func:`rank_floor`). Longest query :math:`2n+1`. An upper bound when heads merge or some
     rank is below :math:`p` (the count then follows the largest rank found).
 
-    Used in: ``benchmarks/scale.py``, and by :func:`learn_cost`."""
+    Used in: chapter 9 (real sizes), and by :func:`learn_cost`."""
     full = min(p, d - 1)
     configs = d * full + p * (d - 1 - full)
     links = d - 1 if n >= 2 else 0

@@ -137,7 +137,7 @@ class RankOptions(Options):
     """``design="rank"``'s options (see :func:`learn`): its ``spread`` and ``rank`` (an upper bound
     on every head's rank, or None: found from the answers alone).
 
-    Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``."""
+    Used in: chapter 9 (real sizes) and ``benchmarks/rank.py``."""
 
     design: ClassVar[str] = "rank"
     spread: float = 1.0

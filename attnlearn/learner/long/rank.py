@@ -1,8 +1,8 @@
 r"""The long design for heads of rank at most :math:`p` (``learn(..., design="long", rank=p)``): each
 head's row space learned from the first groups, every later group regressed in it.
 
-Used in: ``benchmarks/scale.py`` (real layers: :math:`W_h=W_{q,h}^\top W_{k,h}/\sqrt p` has rank
-the head dimension :math:`p`).
+Used in: chapter 9 (real sizes) and ``benchmarks/scale.py`` (real layers: their
+:math:`W_h=W_{q,h}^\top W_{k,h}/\sqrt p` has rank the head dimension :math:`p`).
 
 A group's :math:`y_{h,k}=W_h^\top u_k` lies in the row space of :math:`W_h`, of dimension
 :math:`r_h\le p`. The groups come in two kinds:

@@ -1,6 +1,7 @@
 r"""The rank design: heads of rank :math:`p` in fewer than twice their information floor of queries.
 
-Used in: ``learn(oracle, d, heads=H, design="rank", rank=p)`` and ``benchmarks/scale.py``.
+Used in: chapter 9 (real sizes): ``learn(oracle, d, heads=H, design="rank", rank=p)``, and
+``benchmarks/rank.py``.
 
 In a real layer :math:`W_h=W_{k,h}^\top W_{q,h}/\sqrt p` has rank :math:`p=d/H`, the head
 dimension. A rank-:math:`p` head has :math:`2dp-p^2+d` parameters

@@ -1,7 +1,7 @@
 r"""The rank design's blocks after the first: configurations asked and fitted at a known constant
 (:func:`fit_block`), then labelled by their heights (:func:`label_by_heights`).
 
-Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``.
+Used in: chapter 9 (real sizes) and ``benchmarks/rank.py``.
 
 Once block 1 has given every :math:`v_h`, a configuration :math:`(u,q)` needs no link: its
 step heights are :math:`\gamma_h=-u^\top v_h`, known before it is asked, so matching the fitted

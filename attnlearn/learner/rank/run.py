@@ -1,7 +1,7 @@
 r"""The rank design's run (``learn(..., design="rank")``): block 1, the full blocks until every
 head's rank is certified, the reduced blocks, the heads, the shared finish (:func:`learn_rank`).
 
-Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``.
+Used in: chapter 9 (real sizes) and ``benchmarks/rank.py``.
 """
 
 import contextlib
@@ -73,7 +73,7 @@ def learn_rank(access, opt, tol):
     canonical form and :func:`~attnlearn.learner.finish.finish`. ``access`` is the checked, counting
     :class:`attnlearn.protocol.Access`; ``opt`` the :class:`~attnlearn.learner.options.RankOptions`.
 
-    Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``."""
+    Used in: chapter 9 (real sizes) and ``benchmarks/rank.py``."""
     with contextlib.nullcontext() if tol.exact else mpmath.workdps(FLOAT_WORK_DPS):  # phase 1's solves
         rng = np.random.default_rng(opt.seed)
         start, d = access.queries, opt.d
@@ -131,7 +131,7 @@ def full_blocks(access, spans, Q, known, diag, *, rng, opt, tol):
     whole, until every head's rank is certified (:meth:`~.span.HeadSpan.add_full`), ``opt.rank + 1``
     columns are known, or the :math:`d` final tokens are spent.
 
-    Used in: ``learn(..., design="rank")``."""
+    Used in: chapter 9 (real sizes)."""
     d = opt.d
     while len(Q) < d and any(s.rank is None for s in spans):
         k = len(Q) + 1
@@ -150,7 +150,7 @@ def reduced_blocks(access, spans, Q, known, diag, *, rng, opt, tol):
     :math:`w_{h,k}` from its coordinates in the span of its first :math:`r_h` columns
     (:meth:`~.span.HeadSpan.add_reduced`).
 
-    Used in: ``learn(..., design="rank")``."""
+    Used in: chapter 9 (real sizes)."""
     p = max((s.rank or opt.d) for s in spans)
     while len(Q) < opt.d:
         k = len(Q) + 1
@@ -165,7 +165,7 @@ def reduced_blocks(access, spans, Q, known, diag, *, rng, opt, tol):
 def assemble_heads(spans, Q):
     r""":math:`W_h=[w_{h,1}\cdots w_{h,d}]\,[q_1\cdots q_d]^{-1}` with the columns' bounds.
 
-    Used in: ``learn(..., design="rank")``."""
+    Used in: chapter 9 (real sizes)."""
     Qm = np.stack(Q, axis=1)  # columns q_k
     W = np.stack([solve(Qm.T, np.stack(s.cols, axis=1).T).T for s in spans])
     err_cols = np.stack([np.stack(s.errs, axis=1) for s in spans])

@@ -3,7 +3,7 @@ r"""Each head's column space, learned block by block (``design="rank"``): a *ful
 columns, which certifies the head's rank; a *reduced* block gives only the coordinates of
 :math:`w_{h,k}` in that span (:class:`HeadSpan`).
 
-Used in: ``learn(..., design="rank")`` and ``benchmarks/scale.py``.
+Used in: chapter 9 (real sizes) and ``benchmarks/rank.py``.
 
 For random final tokens :math:`q_1,q_2,\dots` the columns :math:`W_hq_1,\dots,W_hq_r` of a
 rank-:math:`r` head are independent and span its column space (with probability 1), and
