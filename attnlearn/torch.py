@@ -60,6 +60,18 @@ MAD_TO_SD = 1.482602218505602
 #: :math:`2\log(L-1)` (8.3 nats) is still wide and float32's summation noise still small
 #: (:meth:`TorchOracle.ratio_noise`; chapter 7's float32 section).
 FLOAT32_LENGTH = 64
+#: :func:`extract` learns a float64 module of at least this width and at least
+#: :data:`RANK_FROM_HEADS` heads with the long design and its head dimension as rank bound
+#: (``design="long", rank=d // H``; chapter 9): at :math:`d=16` robust mode's searched scale recovers
+#: most four-head layers with fewer queries (chapter 7), while at :math:`d=32` every four-head layer of
+#: the baseline fell back to the full long design (``benchmarks/results/scale_baseline.json``: 183k
+#: queries and 399 s in the median, against the rank design's 66k queries at 512 tokens).
+RANK_FROM_WIDTH = 32
+#: ... and heads (below it robust mode's short queries separate the heads, chapter 7).
+RANK_FROM_HEADS = 3
+#: The rank design's query length on a float64 module: a window of 12.5 nats; float64's summation
+#: rounding, which grows with the length, limits the fits there, not the window (chapter 9).
+RANK_LENGTH = 512
 
 
 def _check_module(module):
@@ -444,10 +456,13 @@ def plan(attention, oracle, *, seed=0):
     r"""The design and options :func:`extract` uses for ``attention`` (an ``nn.MultiheadAttention``
     accepted by :func:`attention_of`) asked through ``oracle`` (its :class:`TorchOracle`).
 
-    * **float64**: the paper's design in robust mode with the searched query scale (PyTorch's
-      initialisations put the poles close together), allowed to fall back to the long design at
-      4096 tokens (``robust=True, scale="search", max_length=4096``; without the fallback for a
-      vector oracle, whose learner keeps every answer vector); the learner's own model of
+    * **float64**, at least :data:`RANK_FROM_WIDTH` wide with at least :data:`RANK_FROM_HEADS`
+      heads and a read-out: the long design with the head dimension as rank bound at
+      :data:`RANK_LENGTH` tokens (``design="long", max_length=512, rank=d // H``, chapter 9).
+    * **float64** otherwise: the paper's design in robust mode with the searched query scale
+      (PyTorch's initialisations put the poles close together), allowed to fall back to the long
+      design at 4096 tokens (``robust=True, scale="search", max_length=4096``; without the fallback
+      for a vector oracle, whose learner keeps every answer vector); the learner's own model of
       float64 rounding, no stated noise.
     * **float32**: the long design at :data:`FLOAT32_LENGTH` tokens, with the module's relative
       noise on those queries measured against a float64 copy (:meth:`TorchOracle.ratio_noise`,
@@ -467,14 +482,16 @@ def plan(attention, oracle, *, seed=0):
     ValueError
         A vector oracle of a module with biases or in float32.
 
-    Used in: chapter 7."""
+    Used in: chapters 7 and 9."""
     d, H = attention.embed_dim, attention.num_heads
     bias = attention.in_proj_bias is not None
     dtype = "float64" if attention.in_proj_weight.dtype == torch.float64 else "float32"
     if oracle.outputs is not None and (bias or dtype == "float32"):
         raise ValueError(f"readout=None (the value-output maps) is learned for float64 modules without biases; this "
                          f"one is {dtype}{' with biases' if bias else ''}: give a read-out vector r")
-    if dtype == "float64":  # a vector oracle keeps every answer: no fallback to 4096-token queries
+    if dtype == "float64" and oracle.outputs is None and d >= RANK_FROM_WIDTH and H >= RANK_FROM_HEADS:
+        options = dict(design="long", max_length=RANK_LENGTH, rank=d // H)
+    elif dtype == "float64":  # a vector oracle keeps every answer: no fallback to 4096-token queries
         options = dict(robust=True, scale="search")
         if oracle.outputs is None:
             options["max_length"] = LONG_FALLBACK_LENGTH
@@ -526,6 +543,8 @@ def extract(module, *, readout=None, seed=0, accuracy=None, max_queries=MAX_QUER
     :math:`d=16`: in float64 the searched scale recovers 17 of 20 four-head layers without the long
     design, the fallback takes the rest; in float32 the long design at 64 tokens recovers one-
     and two-head layers to :math:`10^{-3}` and four heads rarely (chapter 7 gives the shares).
+    Wider float64 layers with three heads or more are learned by the long design with the head
+    dimension as rank bound (chapter 9).
 
     Examples
     --------

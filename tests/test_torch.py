@@ -15,7 +15,7 @@ from attnlearn.learner.cost import holdout_count  # noqa: E402
 from attnlearn.protocol import Access, OracleAnswerError, OracleProtocolError, OracleRefusedError  # noqa: E402
 from attnlearn.layer import layer_error  # noqa: E402
 from attnlearn.learner.paper.bias import bias_error  # noqa: E402
-from attnlearn.torch import FLOAT32_LENGTH, TorchOracle, attention_of, extract, from_torch, module_parameters, plan  # noqa: E402
+from attnlearn.torch import FLOAT32_LENGTH, RANK_FROM_WIDTH, RANK_LENGTH, TorchOracle, attention_of, extract, from_torch, module_parameters, plan  # noqa: E402
 from attnlearn.vector import VectorRecovery  # noqa: E402
 
 
@@ -517,6 +517,12 @@ def test_plan_reads_the_module():
     assert chosen.options == dict(robust=True, scale="search", max_length=4096, bias=True)
     vector = plan(layer(6, 2), TorchOracle(layer(6, 2)))
     assert vector.options == dict(robust=True, scale="search") and not vector.bias  # no fallback for a vector oracle
+    wide = attention_of(torch.nn.TransformerEncoderLayer(RANK_FROM_WIDTH, 4, dim_feedforward=16,
+                                                         dtype=torch.float64).eval())
+    ranked = plan(wide, TorchOracle(wide, readout=np.ones(RANK_FROM_WIDTH)))
+    assert ranked.options == dict(design="long", max_length=RANK_LENGTH, rank=RANK_FROM_WIDTH // 4, bias=True)
+    assert plan(layer(RANK_FROM_WIDTH, 2), TorchOracle(layer(RANK_FROM_WIDTH, 2), readout=np.ones(RANK_FROM_WIDTH))
+                ).options["robust"]  # two heads: robust mode's short queries separate them
     m32 = layer(4, 1, dtype=torch.float32)
     oracle = TorchOracle(m32, readout=np.ones(4))
     single = plan(m32, oracle, seed=2)
@@ -545,6 +551,18 @@ def test_extract_learns_float64_modules_within_their_estimate(kind):
         err = bias_error(rec.model, from_torch(attention, readout=r))
     assert rec.heads == H and rec.verified and rec.diagnostics.fallback is None
     assert err <= rec.error_estimate <= 1e-9  # measured: errors near 1e-14, estimates below 1e-12
+
+
+def test_extract_learns_a_wide_encoder_layer_through_its_row_spaces():
+    """d = 32, H = 4: the long design with the head dimension as rank bound, to 1e-6 (issue's one-minute test)."""
+    d, H = 32, 4
+    torch.manual_seed(5)
+    module = torch.nn.TransformerEncoderLayer(d, H, dim_feedforward=16, dtype=torch.float64).eval()
+    r = np.random.default_rng(5).normal(size=d)
+    rec = extract(module, readout=r, seed=5)
+    err = bias_error(rec.model, from_torch(attention_of(module), readout=r))
+    assert rec.diagnostics.ranks == [d // H] * H and rec.max_length == RANK_LENGTH
+    assert err <= rec.error_estimate <= 1e-6
 
 
 def test_extract_learns_a_float32_module_with_its_measured_noise():
