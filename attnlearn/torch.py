@@ -37,7 +37,7 @@ import torch
 from .arguments import check_count, check_real
 from .layer import AttentionLayer
 from .learner.learn import learn
-from .learner.tolerances import LONG_FALLBACK_LENGTH, MAX_QUERIES
+from .learner.tolerances import LONG_FALLBACK_LENGTH, LONG_MAX_HEADS, MAX_QUERIES
 from .model import MultiHeadAttention, check_sequences
 from .oracle import PERTURB_ULPS, _perturbation_seed
 from .vector import learn_vector
@@ -62,10 +62,12 @@ MAD_TO_SD = 1.482602218505602
 FLOAT32_LENGTH = 64
 #: :func:`extract` learns a float64 module of at least this width and at least
 #: :data:`RANK_FROM_HEADS` heads with the long design and its head dimension as rank bound
-#: (``design="long", rank=d // H``; chapter 9): at :math:`d=16` robust mode's searched scale recovers
-#: most four-head layers with fewer queries (chapter 7), while at :math:`d=32` every four-head layer of
-#: the baseline fell back to the full long design (``benchmarks/results/scale_baseline.json``: 183k
-#: queries and 399 s in the median, against the rank design's 66k queries at 512 tokens).
+#: (``design="long", rank=d // H``; chapter 9): at :math:`d=16` robust mode with the searched scale
+#: needs no fallback for 16 of 20 four-head layers, at a median of 7,638 queries (chapter 7's
+#: ``extract`` rows) against the rank path's 19.6k; at :math:`d=32` every four-head layer of the
+#: baseline fell back to the full long design (``benchmarks/results/scale_baseline.json``: 183k
+#: queries and 399 s in the median, against 66k queries and 55 s with the rank bound at 512 tokens).
+#: At most :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS` heads (the long design's links).
 RANK_FROM_WIDTH = 32
 #: ... and heads (below it robust mode's short queries separate the heads, chapter 7).
 RANK_FROM_HEADS = 3
@@ -456,8 +458,8 @@ def plan(attention, oracle, *, seed=0):
     r"""The design and options :func:`extract` uses for ``attention`` (an ``nn.MultiheadAttention``
     accepted by :func:`attention_of`) asked through ``oracle`` (its :class:`TorchOracle`).
 
-    * **float64**, at least :data:`RANK_FROM_WIDTH` wide with at least :data:`RANK_FROM_HEADS`
-      heads and a read-out: the long design with the head dimension as rank bound at
+    * **float64**, at least :data:`RANK_FROM_WIDTH` wide with :data:`RANK_FROM_HEADS` to
+      :data:`~attnlearn.learner.tolerances.LONG_MAX_HEADS` heads and a read-out: the long design with the head dimension as rank bound at
       :data:`RANK_LENGTH` tokens (``design="long", max_length=512, rank=d // H``, chapter 9).
     * **float64** otherwise: the paper's design in robust mode with the searched query scale
       (PyTorch's initialisations put the poles close together), allowed to fall back to the long
@@ -489,7 +491,8 @@ def plan(attention, oracle, *, seed=0):
     if oracle.outputs is not None and (bias or dtype == "float32"):
         raise ValueError(f"readout=None (the value-output maps) is learned for float64 modules without biases; this "
                          f"one is {dtype}{' with biases' if bias else ''}: give a read-out vector r")
-    if dtype == "float64" and oracle.outputs is None and d >= RANK_FROM_WIDTH and H >= RANK_FROM_HEADS:
+    if (dtype == "float64" and oracle.outputs is None and d >= RANK_FROM_WIDTH
+            and RANK_FROM_HEADS <= H <= LONG_MAX_HEADS):
         options = dict(design="long", max_length=RANK_LENGTH, rank=d // H)
     elif dtype == "float64":  # a vector oracle keeps every answer: no fallback to 4096-token queries
         options = dict(robust=True, scale="search")

@@ -2,7 +2,8 @@ r"""What a request costs, known before any query: every design's query count and
 the verification queries, and the refusal of an absurd cost (:func:`check_cost`).
 
 Used in: chapter 4 (the paper's exact count, claims C6, C7), chapter 5b (the long design's),
-chapter 7 (the biased design's and robust mode's fallback) and chapter 8 (the lean design's).
+chapter 7 (the biased design's and robust mode's fallback), chapter 8 (the lean design's) and
+chapter 9 (the rank designs' and the floor of rank-:math:`p` heads).
 """
 
 from .nodes import ratio_grid
@@ -152,11 +153,14 @@ def long_cost(d, H, L, *, tol, bias=False, rank=None):
     configuration per group, its origin), the two passes (:math:`2d` configurations per group
     each), the links (three per group after the first, none with one head); every configuration
     costs one query per ratio. With ``rank`` :math:`p` (:mod:`~.long.rank`) at most
-    :math:`\min(p+1,d)` groups are full and the others ask ``tol.per_group(p + 1)``
-    configurations per pass and no link (an upper bound: the count follows the ranks found)."""
+    :math:`\min(p+1,d)` groups are full and the others ask
+    ``tol.per_group(tol.reduced_dim(p, d))`` configurations per pass and no link (an upper bound:
+    the count follows the ranks found).
+
+    Used in: chapters 5b, 7 and 9 (the count before any query)."""
     R = len(ratio_grid(L, tol.ratios(H))[0])
     full = d if rank is None else min(rank + 1, d)
-    per_pass = full * tol.per_group(d) + (d - full) * tol.per_group(min(d, (rank or d) + 1))
+    per_pass = full * tol.per_group(d) + (d - full) * tol.per_group(tol.reduced_dim(rank or d, d))
     parts = {"V": d + bias, "probe": tol.probe_configs * R,
              "anchor": d * (tol.base_tries + 1 + bias) * R if H >= tol.anchored_heads else 0,
              "coarse": per_pass * R,
@@ -186,13 +190,15 @@ def rank_budget(d, n, p):
     (:math:`1+2nd` queries, and :math:`d-1` one-sample links for :math:`n\ge2`); then
     :math:`\min(p,d-1)` full blocks of :math:`d` configurations and :math:`d-1-\min(p,d-1)`
     reduced blocks of :math:`p`, :math:`2n` queries each, and every later block's constant
-    (one query):
+    (one query). For :math:`n\ge2`:
 
-    .. math:: 2d-1+2nd+(d-1)+2n\,p\,(2d-p-1)\quad(p<d),\qquad 2nd^2+2d-1\quad(p=d,\ n\ge2),
+    .. math:: 2d-1+2nd+2n\,p\,(2d-p-1)\quad(p<d),\qquad 2nd^2+2d-1\quad(p=d),
 
-    i.e. :math:`2\,n(2dp-p^2+d)-2np+2d-1` for :math:`p<d`: below twice the floor
-    (:func:`rank_floor`). Longest query :math:`2n+1`. An upper bound when heads merge or some
-    rank is below :math:`p` (the count then follows the largest rank found).
+    i.e. :math:`2n_p-2np+2d-1` with :math:`n_p` the floor (:func:`rank_floor`) for :math:`p<d`:
+    exactly :math:`2n_p-1` at a layer's head dimension :math:`p=d/n`, below :math:`2n_p` whenever
+    :math:`np\ge d`. For one head there is no link (:math:`d-1` fewer). Longest query :math:`2n+1`.
+    An upper bound when heads merge or some rank is below :math:`p` (the count then follows the
+    largest rank found).
 
     Used in: chapter 9 (real sizes), and by :func:`learn_cost`."""
     full = min(p, d - 1)

@@ -1,7 +1,7 @@
 r""":func:`learn`: the multi-head learner (chapter 4; claims C3-C7): validate the options, refuse
 an absurd cost, run the design, check the accuracy asked.
 
-Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 8.
+Used in: chapter 4 (introduced, with the exact counts), chapters 5 to 9.
 
 The designs are sibling packages over shared stages: :mod:`~.paper` (the paper's design, with
 ``bias=True`` and robust mode), :mod:`~.lean` (chapter 8), :mod:`~.long` (chapter 5b) and
@@ -160,8 +160,8 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         rank (:mod:`attnlearn.learner.rank`): block 1 as the lean design's phase 1, then every
         configuration labelled by its heights :math:`-u^\top v_h`, full blocks of :math:`d`
         configurations until each head's rank is certified, the rest :math:`p` each;
-        :func:`~attnlearn.learner.cost.rank_budget` queries, below twice the information floor
-        :math:`n(2dp-p^2+d)` of rank-:math:`p` heads. ``nodes``, ``robust`` and ``scale`` are the
+        :func:`~attnlearn.learner.cost.rank_budget` queries, twice the information floor
+        :math:`n(2dp-p^2+d)` of rank-:math:`p` heads less one at a layer's :math:`p=d/n`. ``nodes``, ``robust`` and ``scale`` are the
         paper design's options; ``bias`` serves the paper's and the long design.
     relative_error : float, optional, keyword-only
         ``design="long"`` only: the standard deviation of each answer's error relative to the
@@ -215,14 +215,14 @@ def learn(oracle, d, *, heads=None, max_heads=None, seed=0, robust=False, output
         ``nodes=``, ``method=``, ``bias=True`` or ``scale=``; ``design="long"`` with
         ``method=``, ``nodes=``, ``spread=``, ``redraw_rounds=`` or ``scale=``; ``scale="search"`` in exact mode;
         ``fallback="long"`` without robust mode, ``heads`` or a long enough ``max_length``; ``rank=``
-        with a design other than ``"rank"``, or above ``d``); or a request
+        with a design other than ``"rank"`` or ``"long"``, or above ``d``); or a request
         costing more than ``max_queries`` queries or ``max_length`` tokens per query, with its
         count and longest query. All are raised before any query.
     RecoveryError
         A subclass naming the configuration and the residual when a check fails:
         :class:`PoleError`, :class:`InconsistentHeadCountError`,
         :class:`UnmatchedHeadsError`, :class:`IllConditionedError`,
-        :class:`CheckFailedError`, :class:`RankError` (``design="rank"``); :class:`AccuracyError` when ``accuracy`` is out of reach
+        :class:`CheckFailedError`, :class:`RankError` (``rank=``); :class:`AccuracyError` when ``accuracy`` is out of reach
         (before any query, after the recovery, or instead of any of these failures).
 
     Notes

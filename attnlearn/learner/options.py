@@ -1,8 +1,8 @@
 r"""The options of :func:`~attnlearn.learner.learn.learn`: validated, with the design's defaults, its
 cost refused before any query when absurd (:func:`build_options`).
 
-Used in: chapter 4 (the paper design's options and counts), chapters 5b, 7 and 8 (the long, biased
-and lean designs' options).
+Used in: chapter 4 (the paper design's options and counts), chapters 5b, 7, 8 and 9 (the long,
+biased, lean and rank designs' options).
 """
 
 from dataclasses import dataclass

@@ -469,6 +469,12 @@ class LongTolerances:
         """Configurations per group and pass."""
         return self.groups_factor * d
 
+    def reduced_dim(self, p, d):
+        """``rank=``: the dimension a reduced group's passes are sized for (:func:`per_group`) when
+        the largest rank is ``p``: :math:`p` coordinates and one more, the intercept of biased
+        positions (without it, a spare row), at most ``d``."""
+        return min(d, p + 1)
+
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 r"""The long design's passes over a group: the probe of the scale, the coarse (anchored) pass, the
 random and placed passes, with their repairs (:func:`_repair`, :func:`_trim`).
 
-Used in: chapter 5b (long queries) and chapter 7.
+Used in: chapter 5b (long queries), chapter 7 and chapter 9 (``rank=``: reduced groups, ``dim``).
 """
 
 import itertools

@@ -1,7 +1,8 @@
 r"""The long design's run (``learn(..., design="long")``): :math:`V`, the scale, the groups, the
 links, the solves, the shared finish (:func:`learn_long`).
 
-Used in: chapter 5b (long queries) and chapter 7 (real layers, robust mode's fallback).
+Used in: chapter 5b (long queries), chapter 7 (real layers, robust mode's fallback) and chapter 9
+(``rank=``: :func:`draw_groups_ranked`).
 """
 
 import numpy as np
@@ -41,7 +42,7 @@ def _passes(ctx, u, scale, rng, spans):
     if spans is None:
         dim, regress = None, lambda Q, fit: regress_y(Q, fit, tol=tol, intercept=affine) + (None, None)
     else:  # a reduced group: as many configurations as its heads' row spaces need
-        dim = min(ctx.d, max(spans.ranks) + 1)
+        dim = tol.reduced_dim(max(spans.ranks), ctx.d)
         regress = lambda Q, fit: regress_in_spans(Q, fit, spans, tol=tol, intercept=affine)  # noqa: E731
     first = coarse_pass if ctx.H >= tol.anchored_heads else random_pass
     Q1, F1, sd1, e1, fit1 = first(ctx, u, scale, rng=rng, dim=dim)

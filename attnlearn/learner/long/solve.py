@@ -1,7 +1,8 @@
 r"""The long design's solves: each group's regression (:func:`regress_y`), the links between groups,
 the heads (:func:`solve_heads`), their error estimate and the check of :math:`V`.
 
-Used in: chapter 5b (long queries) and chapter 7.
+Used in: chapter 5b (long queries), chapter 7 and chapter 9 (:func:`regress_positions` and
+:func:`link_group` serve ``rank=`` too).
 """
 
 import itertools

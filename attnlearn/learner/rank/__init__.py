@@ -23,9 +23,10 @@ design learns. The rank design (:func:`~attnlearn.learner.cost.rank_budget` quer
   coordinates of :math:`w_{h,k}` in the head's span; then
   :math:`W_h=[w_{h,1}\cdots w_{h,d}][q_1\cdots q_d]^{-1}`.
 
-Count, for :math:`n\ge2` heads of rank :math:`p<d`: :math:`1+2nd+(d-1)+2np(2d-p-1)
-=2n(2dp-p^2+d)-2np+d`; :math:`2nd^2+d` at full rank, half the paper's :math:`4nd^2`. Longest query
-:math:`2n+1`.
+Count, for :math:`n\ge2` heads of rank :math:`p<d`, with every later block's constant asked
+(one query each): :math:`1+2nd+(d-1)+(d-1)+2np(2d-p-1)=2n(2dp-p^2+d)-2np+2d-1`, exactly
+twice the floor less one at a layer's :math:`p=d/n`; :math:`2nd^2+2d-1` at full rank, half the
+paper's :math:`4nd^2`. Longest query :math:`2n+1`.
 
 ========================  ==================================================================
 module                    stage

@@ -128,8 +128,9 @@ def _block(access, rows, known, *, rng, opt, tol, name):
 
 def full_blocks(access, spans, Q, known, diag, *, rng, opt, tol):
     r"""Blocks of :math:`d` configurations, each giving every head's :math:`w_{h,k}=U_k^{-1}\ell_h`
-    whole, until every head's rank is certified (:meth:`~.span.HeadSpan.add_full`), ``opt.rank + 1``
-    columns are known, or the :math:`d` final tokens are spent.
+    whole, until every head's rank is certified (:meth:`~.span.HeadSpan.add_full`; a head with more
+    than ``opt.rank`` independent columns raises :class:`~attnlearn.errors.RankError`) or the
+    :math:`d` final tokens are spent.
 
     Used in: chapter 9 (real sizes)."""
     d = opt.d
@@ -176,7 +177,7 @@ def _ending(access, start, model, diag, estimate, errors, p1, opt):
     """The rank design's :class:`~attnlearn.learner.finish.Ending`: every query since ``start`` is the
     design's, but base(1) asked again at a small layer's scale; ``errors`` has the samples' output
     error (``eps_out`` or ``output``) and the ``stated`` one."""
-    eps_out = getattr(errors, "eps_out", None) or errors.output
+    eps_out = errors.eps_out if isinstance(errors, Known) else errors.output
     queries = {"design": access.queries - start - p1.rescaled, "constants": 0, "redraws": 0, "holdout": 0}
     if p1.rescaled:
         queries["scale"] = p1.rescaled

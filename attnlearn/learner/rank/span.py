@@ -105,7 +105,9 @@ class HeadSpan:
         r"""Append a reduced block's column :math:`w=Ac` from its :math:`p` configurations ``U``
         (p, d) and their labelled poles ``ell`` (p,) (bounds ``err_ell``): :math:`UAc=\ell` by
         least squares, checked when :math:`p>r` (the residual within ``tol.match_safety`` times
-        its bound).
+        its bound). The head of the largest rank (:math:`p=r`) has no such check: its reduced
+        columns rest on the certified rank and the heights' labels, and the held-out queries of
+        :func:`~attnlearn.learner.finish.finish` are what test them.
 
         Raises
         ------
