@@ -117,5 +117,5 @@ def test_regress_in_spans_labels_the_group_by_its_row_spaces():
     same.ys[1], same.covs[1] = same.ys[0], same.covs[0]  # two heads in one row space: no assignment wins
     same.ranks = [p, p]
     two = _fit(Q, np.array([same.basis(0) @ np.array([1.0, 0.5]), same.basis(0) @ np.array([-0.7, 2.0])]), sd)
-    with pytest.raises(UnmatchedHeadsError, match="more than one assignment"):
+    with pytest.raises(UnmatchedHeadsError, match="fits another head's row space nearly as well as its own"):
         regress_in_spans(Q, two, same, tol=TOL)

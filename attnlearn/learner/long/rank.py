@@ -133,8 +133,8 @@ def regress_in_spans(Q, fit, spans, *, tol, intercept=False):
     through the basis, plus :math:`\sum_ia_i^2\operatorname{cov}y_i` for the basis's own error:
     the groups are taken as independent, as :func:`~.solve.estimate_error` does), the rows used,
     ``perm`` (H,) with ``perm[h]`` the group's head in row space ``h`` (as
-    :func:`~.solve.link_groups`' permutations), and the margin: the smallest wrong assignment's
-    reduced :math:`\chi^2` over the largest matched one.
+    :func:`~.solve.link_groups`' permutations), and the margin: the smallest, over the group's heads,
+    of the reduced :math:`\chi^2` in the head's best other row space over that in its own.
 
     Raises
     ------
@@ -142,7 +142,8 @@ def regress_in_spans(Q, fit, spans, *, tol, intercept=False):
         A matched head's positions are not linear in its row space's coordinates (reduced
         :math:`\chi^2` above ``tol.regression_chi2``, or too few rows kept).
     UnmatchedHeadsError
-        A wrong assignment within ``tol.link_margin`` of the matched ones."""
+        A head whose positions fit another row space within ``tol.link_margin`` of its own (a head
+        barely seen in the group: :func:`~.run.draw_groups_ranked` draws the group again)."""
     m, H = fit.c.shape
     d = Q.shape[1]
     red = np.full((H, H), np.inf)
@@ -173,11 +174,12 @@ def regress_in_spans(Q, fit, spans, *, tol, intercept=False):
             f"{red[j, cols[j]]:.3g}): some configurations' heads are mislabelled")
     wrong = red.copy()
     wrong[rows, cols] = np.inf
-    margin = float(np.min(wrong) / max(np.max(matched), 1.0)) if H > 1 else np.inf
+    # each head's runner-up row space against its own: the positions must single one out
+    margin = float(np.min(np.min(wrong, axis=1)[rows] / np.maximum(matched, 1.0))) if H > 1 else np.inf
     if margin < tol.link_margin:
         raise UnmatchedHeadsError(
-            f"a group's heads fit more than one assignment to the heads' row spaces (a wrong one at {margin:.3g} "
-            f"times the reduced chi2 of the best): heads too alike")
+            f"a group's head fits another head's row space nearly as well as its own (reduced chi2 {margin:.3g} "
+            f"times its own's, less than {tol.link_margin:g}): heads too alike in this group")
     w = d + 1 if intercept else d
     Y, covY, used, perm = np.zeros((H, w)), np.zeros((H, w, w)), np.zeros((H, m), bool), np.zeros(H, int)
     for j, h in zip(rows, cols):

@@ -8,7 +8,7 @@ Used in: chapter 5b (long queries), chapter 7 (real layers, robust mode's fallba
 import numpy as np
 
 from ...canonical import canonical
-from ...errors import IllConditionedError
+from ...errors import IllConditionedError, UnmatchedHeadsError
 from ...layer import AttentionLayer
 from ...model import MultiHeadAttention
 from ...progress import LONG_RUN, progress
@@ -131,6 +131,9 @@ def draw_groups_ranked(ctx, scale, *, rng, limit):
     reduced groups regressed in the row spaces (:func:`~.rank.regress_in_spans`, no link).
     Returns ``(U, groups, perms, margins, redrawn, redraw_queries, spans)``.
 
+    A group whose link or row-space assignment has no margin (:class:`~attnlearn.errors.UnmatchedHeadsError`:
+    a head barely seen in it) is drawn again like a degenerate one.
+
     Raises
     ------
     IllConditionedError
@@ -138,7 +141,7 @@ def draw_groups_ranked(ctx, scale, *, rng, limit):
     RankError
         A head of rank above ``limit``.
     UnmatchedHeadsError
-        A link, or a reduced group's assignment, without a margin."""
+        A link, or a reduced group's assignment, still without a margin after the redraws."""
     d, H = ctx.d, ctx.H
     U, groups, perms, margins, redrawn, spent, spans = [], [], [], [], [], 0, None
     O = _orthonormal(rng, d)
@@ -170,11 +173,11 @@ def draw_groups_ranked(ctx, scale, *, rng, limit):
                 perms.append(perm)
                 margins.append(margin)
                 break
-            except IllConditionedError as exc:
+            except (IllConditionedError, UnmatchedHeadsError) as exc:  # a link or an assignment without margin too
                 spent += ctx.ask.queries - before
                 redrawn.append(f"group({k + 1})")
                 if attempt == ctx.tol.group_redraws:
-                    raise IllConditionedError(f"group {k + 1}, after {attempt} redraws: {exc}") from None
+                    raise type(exc)(f"group {k + 1}, after {attempt} redraws: {exc}") from None
     return np.array(U), groups, np.array(perms), np.array(margins), redrawn, spent, spans
 
 
