@@ -105,23 +105,39 @@ def draw_groups(ctx, scale, *, rng):
     U, groups, redrawn, spent = [], [], [], 0
     O = _orthonormal(rng, ctx.d)
     for k in progress(range(ctx.d), desc="groups", delay=LONG_RUN):
-        for attempt in range(ctx.tol.group_redraws + 1):
-            before = ctx.ask.queries
-            if attempt and k < ctx.d - 1:  # a new direction orthogonal to the groups before
-                O[k:] = _orthonormal(rng, ctx.d - k) @ O[k:]
-            elif attempt:  # the last group: no other orthogonal direction is left
-                O[k] = _unit(rng, ctx.d)
-            u = O[k] * scale
-            try:
-                groups.append(_group(ctx, u, scale, rng))
-                U.append(u)
-                break
-            except IllConditionedError as exc:
-                spent += ctx.ask.queries - before
-                redrawn.append(f"group({k + 1})")
-                if attempt == ctx.tol.group_redraws:
-                    raise IllConditionedError(f"group {k + 1}, after {attempt} redraws: {exc}") from None
+        u, group, cost = _draw_group(ctx, O, k, scale, rng, lambda u: _group(ctx, u, scale, rng), redrawn)
+        U.append(u)
+        groups.append(group)
+        spent += cost
     return np.array(U), groups, redrawn, spent
+
+
+def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditionedError):
+    r"""Group ``k`` of :func:`draw_groups` and :func:`draw_groups_ranked`: ``attempt(u)`` at
+    :math:`u=` ``O[k] * scale``; on a ``retry`` error the direction is drawn again (orthogonal to
+    the groups before; for the last group a random one), at most ``tol.group_redraws`` times, the
+    group's name appended to ``redrawn``. Returns ``(u, attempt's result, queries spent on the
+    failed attempts)``.
+
+    Raises
+    ------
+    IllConditionedError (or the ``retry`` error met)
+        Still failing after the redraws."""
+    spent = 0
+    for a in range(ctx.tol.group_redraws + 1):
+        before = ctx.ask.queries
+        if a and k < ctx.d - 1:  # a new direction orthogonal to the groups before
+            O[k:] = _orthonormal(rng, ctx.d - k) @ O[k:]
+        elif a:  # the last group: no other orthogonal direction is left
+            O[k] = _unit(rng, ctx.d)
+        u = O[k] * scale
+        try:
+            return u, attempt(u), spent
+        except retry as exc:
+            spent += ctx.ask.queries - before
+            redrawn.append(f"group({k + 1})")
+            if a == ctx.tol.group_redraws:
+                raise type(exc)(f"group {k + 1}, after {a} redraws: {exc}") from None
 
 
 def draw_groups_ranked(ctx, scale, *, rng, limit):
@@ -143,41 +159,35 @@ def draw_groups_ranked(ctx, scale, *, rng, limit):
     UnmatchedHeadsError
         A link, or a reduced group's assignment, still without a margin after the redraws."""
     d, H = ctx.d, ctx.H
-    U, groups, perms, margins, redrawn, spent, spans = [], [], [], [], [], 0, None
+    U, groups, perms, margins, redrawn, spent = [], [], [], [], [], 0
+    spans = None
     O = _orthonormal(rng, d)
     for k in progress(range(d), desc="groups", delay=LONG_RUN):
-        for attempt in range(ctx.tol.group_redraws + 1):
-            before = ctx.ask.queries
-            if attempt and k < d - 1:
-                O[k:] = _orthonormal(rng, d - k) @ O[k:]
-            elif attempt:
-                O[k] = _unit(rng, d)
-            u = O[k] * scale
-            try:
-                reduced = spans is not None and spans.certified
-                group = _group(ctx, u, scale, rng, spans=spans if reduced else None)
-                if reduced:
-                    perm, margin = group["perm"], group["margin"]
-                elif k == 0 or H == 1:
-                    perm, margin = np.arange(H), np.inf
-                else:
-                    perm, margin = link_group(ctx, U[0] + u, groups[0], group, scale, k=k, rng=rng)
-                if not reduced:
-                    Y, covY = group["Y"][perm][:, :d], group["covY"][perm][:, :d, :d]
-                    if spans is None:
-                        spans = RowSpans.start(Y, covY)
-                    else:
-                        spans.add_group(Y, covY, limit=limit, tol=ctx.tol, k=k)
-                U.append(u)
-                groups.append(group)
-                perms.append(perm)
-                margins.append(margin)
-                break
-            except (IllConditionedError, UnmatchedHeadsError) as exc:  # a link or an assignment without margin too
-                spent += ctx.ask.queries - before
-                redrawn.append(f"group({k + 1})")
-                if attempt == ctx.tol.group_redraws:
-                    raise type(exc)(f"group {k + 1}, after {attempt} redraws: {exc}") from None
+
+        def attempt(u, k=k):
+            reduced = spans is not None and spans.certified
+            group = _group(ctx, u, scale, rng, spans=spans if reduced else None)
+            if reduced:
+                return group, group["perm"], group["margin"], None
+            if k == 0 or H == 1:
+                perm, margin = np.arange(H), np.inf
+            else:
+                perm, margin = link_group(ctx, U[0] + u, groups[0], group, scale, k=k, rng=rng)
+            Y, covY = group["Y"][perm][:, :d], group["covY"][perm][:, :d, :d]
+            if spans is None:
+                return group, perm, margin, RowSpans.start(Y, covY)
+            spans.add_group(Y, covY, limit=limit, tol=ctx.tol, k=k)
+            return group, perm, margin, None
+
+        # a link or an assignment without margin is drawn again too
+        u, (group, perm, margin, first), cost = _draw_group(ctx, O, k, scale, rng, attempt, redrawn,
+                                                            retry=(IllConditionedError, UnmatchedHeadsError))
+        spans = first if first is not None else spans
+        U.append(u)
+        groups.append(group)
+        perms.append(perm)
+        margins.append(margin)
+        spent += cost
     return np.array(U), groups, np.array(perms), np.array(margins), redrawn, spent, spans
 
 
