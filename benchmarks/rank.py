@@ -21,20 +21,11 @@ count), ``design_queries`` (``rec.queries["design"]``), ``formula``
 import argparse
 import datetime
 import json
-import os
-import subprocess
 import time
 
 import mpmath
 
-
-def _commit():
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+from scale import _commit  # the commit a record was measured at, as benchmarks/scale.py records it
 
 
 def one(d, H, i, *, dps):
