@@ -100,6 +100,68 @@ def test_fit_config_recovers_steps_and_ratio_grid():
     assert np.allclose(c, c_true, atol=1e-8) and np.allclose(g, g_true, atol=1e-8) and chi2 < 100
 
 
+def test_fit_config_leaves_a_wrong_start_and_bounds_its_evaluations(monkeypatch):
+    """A start in the wrong basin (the two steps swapped, far off) is left for the next starts:
+    the steps are found, and every start but the carried best runs at most
+    SCOUT_EVALUATIONS per parameter (a creeping start used to run all 200)."""
+    _, z = ratio_grid(L, 24)
+    c_true, g_true, C = np.array([-1.5, 2.0]), np.array([0.7, -1.3]), 0.4
+    F = C + 1 / (1 + np.exp(z[:, None] - c_true[None, :])) @ g_true
+    sd = noise_sd(F, absolute=0.0, relative=1e-12)
+    budgets, real = [], long_fit.least_squares
+
+    def counted(*args, **kw):
+        budgets.append(kw["max_nfev"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(long_fit, "least_squares", counted)
+    _, c, g, chi2 = fit_config(z, F, sd, 2, ends=(C, 1e-12, C + g_true.sum(), 1e-12), c0=[6.0, 7.0],
+                               chi2_ok=100.0, rng=np.random.default_rng(0))
+    assert np.allclose(c, c_true, atol=1e-8) and np.allclose(g, g_true, atol=1e-8) and chi2 < 100
+    assert len(budgets) >= 3  # the wrong start, at least one more, the carried best
+    assert budgets[:-1] == [long_fit.SCOUT_EVALUATIONS * 5] * (len(budgets) - 1)
+    assert budgets[-1] == long_fit.EVALUATIONS * 5
+
+
+def _dense_variances(Jg, Jt):
+    """The variances of _group_variances from the whole block Jacobian, through its SVD."""
+    m, rows, H = Jg.shape
+    J = np.zeros((m * rows, H + m * (H + 1)))
+    for j in range(m):
+        J[j * rows:(j + 1) * rows, :H] = Jg[j]
+        J[j * rows:(j + 1) * rows, H + j * (H + 1):H + (j + 1) * (H + 1)] = Jt[j]
+    n = np.linalg.norm(J, axis=0)
+    _, sv, Vt = np.linalg.svd(J / n, full_matrices=False)
+    var = np.sum((Vt.T / sv) ** 2, axis=1) / n**2
+    return var[:H], var[H:].reshape(m, H + 1)[:, 1:]
+
+
+@pytest.mark.parametrize("small", [1.0, 1e-7])
+def test_group_variances_match_the_whole_jacobian(small):
+    """A group's variances in square-root form agree with the SVD of the whole block Jacobian,
+    also when a step's height is 1e-7 of the others' (its position column that much smaller) and
+    two heights' columns are nearly collinear: there the normal equations lose every digit."""
+    rng = np.random.default_rng(3)
+    m, rows, H = 6, 40, 3
+    Jg, Jt = rng.normal(size=(m, rows, H)), rng.normal(size=(m, rows, H + 1))
+    Jt[:, :, 2] *= small
+    Jg[:, :, 1] = Jg[:, :, 0] + (small * 1e-2) * Jg[:, :, 1]
+    g_var, c_var = long_fit._group_variances(Jg, Jt)
+    g_ref, c_ref = _dense_variances(Jg, Jt)
+    assert np.allclose(g_var, g_ref, rtol=1e-5) and np.allclose(c_var, c_ref, rtol=1e-5)
+    assert np.all(g_var > 0) and np.all(c_var > 0)
+
+
+def test_group_variances_are_infinite_for_a_vanishing_height():
+    """A head whose height is exactly zero leaves its position columns zero: infinite variance
+    (fit_group then refuses the group)."""
+    rng = np.random.default_rng(4)
+    Jg, Jt = rng.normal(size=(5, 30, 2)), rng.normal(size=(5, 30, 3))
+    Jt[:, :, 2] = 0.0
+    g_var, c_var = long_fit._group_variances(Jg, Jt)
+    assert np.all(np.isinf(g_var)) and np.all(np.isinf(c_var))
+
+
 @pytest.mark.parametrize("kw, exc, match", [
     (dict(design="longest"), ValueError, 'design must be "paper", "lean", "long" or "rank"'),
     (dict(design="long"), ValueError, "pass max_length= explicitly"),

@@ -198,14 +198,9 @@ def _origin(ctx, u, g, candidate):
     F, sd = ctx.config(u, q)
     ends = tuple(np.array([x]) for x in ctx.ends(u, q))
     limit = tol.chi2_factor * (len(ctx.z) + 2)
-    best = (np.inf, None, None)
-    for start in _origin_starts(ctx, F, sd, ends):
-        c, C, cost = _positions_only(ctx.z, F, sd, g, start, ends, 0)
-        if cost < best[0]:
-            best = (cost, c, C)
-        if cost <= limit:
-            return c
-    cost, c, C = best
+    c, C, cost = _positions_only(ctx.z, F, sd, g, _origin_starts(ctx, F, sd, ends), ends, 0, limit=limit)
+    if cost <= limit:
+        return c
     Fc, sdc, ec, Cc, cc = candidate
     c, chi2 = _joint_positions(ctx.z, (Fc, F), (sdc, sd), (ec, tuple(e[0] for e in ends)), g, (Cc, C), (cc, c))
     if max(chi2) <= limit:
@@ -285,16 +280,9 @@ def _repair(ctx, F, sd, ends, fit):
     c, C = fit.c.copy(), fit.C.copy()
     half = ctx.z[-1] * 0.75
     for j in bad:
-        best = (np.inf, None)
-        starts = list(itertools.islice(itertools.permutations(np.sort(c[j])), ctx.tol.max_permutations))
+        starts = [np.array(p) for p in itertools.islice(itertools.permutations(np.sort(c[j])), ctx.tol.max_permutations)]
         starts += [np.sort(ctx.rng.uniform(-half, half, H)) for _ in range(ctx.tol.repair_random)]
-        for perm in starts:
-            cj, Cj, cost = _positions_only(ctx.z, F[j], sd[j], fit.g, np.array(perm), ends, j)
-            if cost < best[0]:
-                best = (cost, (cj, Cj))
-            if cost <= limit:
-                break
-        c[j], C[j] = best[1]
+        c[j], C[j], _ = _positions_only(ctx.z, F[j], sd[j], fit.g, starts, ends, j, limit=limit)
     return _fit_group_checked(ctx, F, sd, ends, fit.g, C, c)
 
 
