@@ -123,6 +123,34 @@ def test_fit_config_leaves_a_wrong_start_and_bounds_its_evaluations(monkeypatch)
     assert budgets[-1] == long_fit.EVALUATIONS * 5
 
 
+def test_positions_only_ranks_its_starts_by_their_own_chi2(monkeypatch):
+    """With the heights known, the right order of a configuration's positions is found even when
+    it comes last of many starts: the starts are scouted in the order of their chi2 as they stand,
+    at most SCOUT_STARTS of them, and the best is carried to convergence."""
+    _, z = ratio_grid(L, 28)
+    c_true, g, C = np.array([-2.0, 0.5, 3.0]), np.array([0.9, -1.4, 0.6]), 0.3
+    F = C + 1 / (1 + np.exp(z[:, None] - c_true[None, :])) @ g
+    sd = noise_sd(F, absolute=0.0, relative=1e-12)
+    ends = tuple(np.array([x]) for x in (C, 1e-12, C + g.sum(), 1e-12))
+    rng = np.random.default_rng(1)
+    wrong = [np.sort(rng.uniform(-6, 6, 3)) for _ in range(40)]
+    starts = wrong + [c_true[[1, 0, 2]], c_true + 0.05]  # a wrong order, then the right one, last
+    calls, real = [], long_fit.least_squares
+
+    def counted(*args, **kw):
+        calls.append(kw["max_nfev"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(long_fit, "least_squares", counted)
+    c, C_fit, chi2 = long_fit._positions_only(z, F, sd, g, starts, ends, 0, limit=3.0 * (len(z) + 2))
+    assert np.allclose(c, c_true, atol=1e-8) and abs(C_fit - C) < 1e-8 and chi2 < 3.0 * (len(z) + 2)
+    assert len(calls) == 2  # the right start ranked first: one scout, then carried
+    assert calls == [long_fit.SCOUT_EVALUATIONS * 4, 100 * 4]
+    calls.clear()  # no start within the limit: SCOUT_STARTS scouted, the best still carried
+    c, _, _ = long_fit._positions_only(z, F, sd, g, starts, ends, 0, limit=-1.0)
+    assert len(calls) == long_fit.SCOUT_STARTS + 1 and np.allclose(c, c_true, atol=1e-8)
+
+
 def _dense_variances(Jg, Jt):
     """The variances of _group_variances from the whole block Jacobian, through its SVD."""
     m, rows, H = Jg.shape
