@@ -180,9 +180,9 @@ def _group_variances(Jg, Jt):
     off it, :math:`(I-Q_jQ_j^\top)J_{g,j}`, give the heights' covariance through their SVD, and
     :math:`\operatorname{cov}\theta_j=R_j^{-1}R_j^{-\top}+M_j\operatorname{cov}(g)M_j^\top`,
     :math:`M_j=R_j^{-1}Q_j^\top J_{g,j}`, with :math:`\operatorname{cov}(g)` kept as its factor
-    :math:`V\Sigma^{-1}` (formed, its entries of size :math:`1/\sigma_{\min}^2` cancel). The normal equations (the Schur complement of
-    :func:`_schur_step`) square the condition number: at :math:`H=8` in float64 they gave
-    variances of the wrong sign. Every column is scaled to unit norm first (a step of small
+    :math:`V\Sigma^{-1}` (formed, its entries of size :math:`1/\sigma_{\min}^2` cancel). The
+    normal equations (the Schur complement of :func:`_schur_step`) square the condition number:
+    at :math:`H=8` in float64 they gave variances of the wrong sign. Every column is scaled to unit norm first (a step of small
     height has a position column :math:`|\gamma_h|` times the others'). ``inf`` where singular."""
     ng = np.sqrt(np.einsum("mrh,mrh->h", Jg, Jg))
     nt = np.sqrt(np.einsum("mrk,mrk->mk", Jt, Jt))

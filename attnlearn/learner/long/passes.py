@@ -211,10 +211,11 @@ def _origin(ctx, u, g, candidate):
 
 
 def _origin_starts(ctx, F, sd, ends):
-    """:func:`_origin`'s starts, lazily, cheapest first: coinciding positions (zero biases), every
-    order (at most ``tol.max_permutations``) of a one-nat grid and of the positions of a free fit
-    of the same answers (:func:`fit_config`: drawn biases put the steps several nats apart, some
-    beyond the window), then ``tol.repair_random`` random positions over one and a half windows."""
+    """:func:`_origin`'s starts (ranked by :func:`~.fit._positions_only` by their own
+    :math:`\chi^2`): coinciding positions (zero biases), every order (at most
+    ``tol.max_permutations``) of a one-nat grid and of the positions of a free fit of the same
+    answers (:func:`fit_config`: drawn biases put the steps several nats apart, some beyond the
+    window), and ``tol.repair_random`` random positions over one and a half windows."""
     H, tol = ctx.H, ctx.tol
     yield np.zeros(H)
     grid = np.arange(H) - (H - 1) / 2
@@ -271,9 +272,10 @@ def _dof(ctx, H):
 
 def _repair(ctx, F, sd, ends, fit):
     """Configurations whose χ² is far above the noise (a local minimum, a wrong labelling) are
-    refitted alone with the group's heights fixed, from every order of their own positions (H!
-    starts, at most ``tol.max_permutations``) and random ones, then the group is refitted jointly.
-    With the heights known, a configuration's only unknowns are its positions and constant."""
+    refitted alone with the group's heights fixed, from the orders of their own positions (H!
+    starts, at most ``tol.max_permutations``) and random ones, the nearest the answers first
+    (:func:`~.fit._positions_only`), then the group is refitted jointly. With the heights known,
+    a configuration's only unknowns are its positions and constant."""
     H, R = ctx.H, len(ctx.z)
     limit = ctx.tol.chi2_factor * (R + 2)
     bad = np.flatnonzero(~(fit.chi2 <= limit))
