@@ -211,7 +211,7 @@ def _origin(ctx, u, g, candidate):
 
 
 def _origin_starts(ctx, F, sd, ends):
-    """:func:`_origin`'s starts (ranked by :func:`~.fit._positions_only` by their own
+    r""":func:`_origin`'s starts (ranked by :func:`~.fit._positions_only` by their own
     :math:`\chi^2`): coinciding positions (zero biases), every order (at most
     ``tol.max_permutations``) of a one-nat grid and of the positions of a free fit of the same
     answers (:func:`fit_config`: drawn biases put the steps several nats apart, some beyond the
