@@ -101,7 +101,7 @@ def test_fit_config_recovers_steps_and_ratio_grid():
 
 
 def test_fit_config_leaves_a_wrong_start_and_bounds_its_evaluations(monkeypatch):
-    """A start in the wrong basin (the two steps swapped, far off) is left for the next starts:
+    """A start in the wrong basin (both steps far off) is left for the next starts:
     the steps are found, and every start but the carried best runs at most
     SCOUT_EVALUATIONS per parameter (a creeping start used to run all 200)."""
     _, z = ratio_grid(L, 24)
@@ -178,6 +178,21 @@ def test_group_variances_match_the_whole_jacobian(small):
     g_ref, c_ref = _dense_variances(Jg, Jt)
     assert np.allclose(g_var, g_ref, rtol=1e-5) and np.allclose(c_var, c_ref, rtol=1e-5)
     assert np.all(g_var > 0) and np.all(c_var > 0)
+
+
+@pytest.mark.parametrize("case", ["heights in the span", "collinear positions"])
+def test_group_variances_are_infinite_for_a_singular_group(case):
+    """A singular group gives infinite variances, never large finite ones: the heights' columns
+    inside every configuration's own columns (all of their projection is rounding), or two
+    position columns collinear in every configuration."""
+    rng = np.random.default_rng(6)
+    Jg, Jt = rng.normal(size=(4, 30, 1)), rng.normal(size=(4, 30, 3))
+    if case == "heights in the span":
+        Jg[:, :, 0] = 3 * Jt[:, :, 0] - 0.5 * Jt[:, :, 1]
+    else:
+        Jt[:, :, 2] = 2 * Jt[:, :, 1]
+    g_var, c_var = long_fit._group_variances(Jg, Jt)
+    assert np.all(np.isinf(g_var)) and np.all(np.isinf(c_var))
 
 
 def test_group_variances_are_infinite_for_a_vanishing_height():

@@ -64,8 +64,8 @@ RANDOM_STARTS = 4
 SCOUT_EVALUATIONS = 10
 EVALUATIONS = 200
 
-#: Starts a repair scouts (:func:`_positions_only`): of its up to 728 orders and random
-#: positions, the 24 whose :math:`\chi^2` as they stand is lowest (with the heights known, the
+#: Starts :func:`_positions_only` scouts: of a repair's up to 728 orders and random positions
+#: (an origin's up to 1,449), the 24 whose :math:`\chi^2` as they stand is lowest (with the heights known, the
 #: right order of a configuration's positions is the one nearest its answers).
 SCOUT_STARTS = 24
 
@@ -96,7 +96,7 @@ def fit_config(z, F, sd, H, *, ends, c0=None, chi2_ok=None, rng=None):
         return step_jacobian(z, sd, p[1:H + 1], p[H + 1:], ends_sd=(Vq_sd, Vx_sd), prior=PRIOR)
 
     def run(x0, evaluations):
-        with np.errstate(over="ignore"):  # a start far off overflows its cost: ranked last, not reported
+        with np.errstate(over="ignore"):  # a start far off may overflow its cost: not reported, never kept
             sol = least_squares(res, x0, jac=jac, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15,
                                 max_nfev=evaluations * (2 * H + 1))
         return sol.x, float(2 * sol.cost)
@@ -189,11 +189,14 @@ def _group_variances(Jg, Jt):
     if not (np.all(ng > 0) and np.all(nt > 0)):
         return np.full(ng.shape, np.inf), np.full((nt.shape[0], nt.shape[1] - 1), np.inf)
     Jg, Jt = Jg / ng, Jt / nt[:, None, :]
+    # unit columns: a direction left with less than rounding of them is singular (absolute
+    # thresholds: relative to the largest, a block that is all rounding would pass)
+    floor = np.finfo(float).eps * Jg.shape[1] * (Jg.shape[0] + 1)
     Q, R = np.linalg.qr(Jt)  # (m, rows, H+1), (m, H+1, H+1)
     P = np.einsum("mrk,mrh->mkh", Q, Jg)
     perp = (Jg - np.einsum("mrk,mkh->mrh", Q, P)).reshape(-1, Jg.shape[2])
     _, sv, Vt = np.linalg.svd(perp, full_matrices=False)
-    if not sv[-1] > sv[0] * np.finfo(float).eps * perp.shape[0]:
+    if not (sv[-1] > floor and np.min(np.abs(np.diagonal(R, axis1=1, axis2=2))) > floor):
         return np.full(ng.shape, np.inf), np.full((nt.shape[0], nt.shape[1] - 1), np.inf)
     root = Vt.T / sv  # cov(g) = root root^T, kept as its factor: formed, it would cancel
     Rinv = np.linalg.inv(R)

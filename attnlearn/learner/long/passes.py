@@ -293,7 +293,7 @@ def _trim(ctx, F, sd, ends, fit):
     far above the noise (reduced :math:`\chi^2` over ``tol.trim_above``) after :func:`_repair`,
     the configurations whose :math:`\chi^2` exceeds ``tol.trim_factor`` times the group's
     median are set aside, the heights are fitted from the others, the set-aside ones are
-    repaired under those heights (:func:`_repair`: every order of their positions) and the
+    repaired under those heights (:func:`_repair`: the orders of their positions) and the
     group is fitted jointly again; at most ``tol.trim_rounds`` rounds, each kept only if it
     lowers the group's :math:`\chi^2`.
 
