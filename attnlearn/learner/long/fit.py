@@ -65,9 +65,23 @@ SCOUT_EVALUATIONS = 10
 EVALUATIONS = 200
 
 #: Starts :func:`_positions_only` scouts: of a repair's up to 728 orders and random positions
-#: (an origin's up to 1,449), the 24 whose :math:`\chi^2` as they stand is lowest (with the heights known, the
-#: right order of a configuration's positions is the one nearest its answers).
+#: (an origin's up to 1,449), the 24 whose :math:`\chi^2` as they stand is lowest (with the
+#: heights known, the right order of a configuration's positions is the one nearest its answers).
 SCOUT_STARTS = 24
+
+
+def _scout(run, starts, limit, carry):
+    """Each of ``starts`` (parameter vectors, taken lazily) run for :data:`SCOUT_EVALUATIONS` per
+    parameter until one is within ``limit`` (None: the first only); the best carried on for
+    ``carry`` per parameter. ``run(x0, evaluations)`` returns ``(x, chi2)``; so does this."""
+    best = (None, np.inf)
+    for x0 in starts:
+        trial = run(x0, SCOUT_EVALUATIONS)
+        if best[0] is None or (np.isfinite(trial[1]) and trial[1] < best[1]):
+            best = trial
+        if limit is None or best[1] <= limit:
+            break
+    return run(best[0], carry)  # the best start carried to convergence
 
 
 def fit_config(z, F, sd, H, *, ends, c0=None, chi2_ok=None, rng=None):
@@ -113,14 +127,7 @@ def fit_config(z, F, sd, H, *, ends, c0=None, chi2_ok=None, rng=None):
         half = z[-1] * 0.75
         yield from (np.sort(rng.uniform(-half, half, H)) for _ in range(RANDOM_STARTS if rng is not None else 0))
 
-    best = (None, np.inf)
-    for c in starts():
-        trial = run(start(c), SCOUT_EVALUATIONS)
-        if best[0] is None or (np.isfinite(trial[1]) and trial[1] < best[1]):
-            best = trial
-        if chi2_ok is None or best[1] <= chi2_ok:
-            break
-    best = run(best[0], EVALUATIONS)  # the best start carried to convergence
+    best = _scout(run, (start(c) for c in starts()), chi2_ok, EVALUATIONS)
     x = best[0]
     C, c, g = x[0], x[1:H + 1], x[H + 1:]
     order = np.argsort(c)
@@ -182,12 +189,14 @@ def _group_variances(Jg, Jt):
     :math:`M_j=R_j^{-1}Q_j^\top J_{g,j}`, with :math:`\operatorname{cov}(g)` kept as its factor
     :math:`V\Sigma^{-1}` (formed, its entries of size :math:`1/\sigma_{\min}^2` cancel). The
     normal equations (the Schur complement of :func:`_schur_step`) square the condition number:
-    at :math:`H=8` in float64 they gave variances of the wrong sign. Every column is scaled to unit norm first (a step of small
-    height has a position column :math:`|\gamma_h|` times the others'). ``inf`` where singular."""
+    at :math:`H=8` in float64 they gave variances of the wrong sign. Every column is scaled to
+    unit norm first (a step of small height has a position column :math:`|\gamma_h|` times the
+    others'). ``inf`` where singular."""
     ng = np.sqrt(np.einsum("mrh,mrh->h", Jg, Jg))
     nt = np.sqrt(np.einsum("mrk,mrk->mk", Jt, Jt))
+    singular = np.full(ng.shape, np.inf), np.full((nt.shape[0], nt.shape[1] - 1), np.inf)
     if not (np.all(ng > 0) and np.all(nt > 0)):
-        return np.full(ng.shape, np.inf), np.full((nt.shape[0], nt.shape[1] - 1), np.inf)
+        return singular
     Jg, Jt = Jg / ng, Jt / nt[:, None, :]
     # unit columns: a direction left with less than rounding of them is singular (absolute
     # thresholds: relative to the largest, a block that is all rounding would pass)
@@ -197,7 +206,7 @@ def _group_variances(Jg, Jt):
     perp = (Jg - np.einsum("mrk,mkh->mrh", Q, P)).reshape(-1, Jg.shape[2])
     _, sv, Vt = np.linalg.svd(perp, full_matrices=False)
     if not (sv[-1] > floor and np.min(np.abs(np.diagonal(R, axis1=1, axis2=2))) > floor):
-        return np.full(ng.shape, np.inf), np.full((nt.shape[0], nt.shape[1] - 1), np.inf)
+        return singular
     root = Vt.T / sv  # cov(g) = root root^T, kept as its factor: formed, it would cancel
     Rinv = np.linalg.inv(R)
     MF = Rinv @ (P @ root)  # (m, H+1, H): M_j times the factor
@@ -313,12 +322,6 @@ def _positions_only(z, F, sd, g, starts, ends, j, *, limit):
     x0 = [np.concatenate([[Vq], np.asarray(c, dtype=float)]) for c in starts]
     with np.errstate(over="ignore", invalid="ignore"):  # a start far off: an infinite chi2 is ranked last
         first = [float(np.sum(res(x)[:len(z) + 2] ** 2)) for x in x0]
-    best = (None, np.inf)
-    for k in np.argsort(first, kind="stable")[:SCOUT_STARTS]:  # the starts nearest the answers first
-        trial = run(x0[k], SCOUT_EVALUATIONS)
-        if best[0] is None or trial[1] < best[1]:
-            best = trial
-        if best[1] <= limit:
-            break
-    x, cost = run(best[0], 100)
+    nearest = np.argsort(first, kind="stable")[:SCOUT_STARTS]  # the starts nearest the answers first
+    x, cost = _scout(run, (x0[k] for k in nearest), limit, 100)
     return x[1:], x[0], cost
