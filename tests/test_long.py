@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from scipy.optimize import least_squares
 
 from attnlearn import IllConditionedError, Oracle, RecoveryError, RelativeNoise, canonical, learn, param_error
 from attnlearn.layer import AttentionLayer
@@ -14,6 +15,7 @@ from attnlearn.learner.long import fit as long_fit
 from attnlearn.learner.long import passes as long_passes
 from attnlearn.learner.long import run as long_run
 from attnlearn.learner.long import solve as long_solve
+from attnlearn.learner.long.curve import step_curve, step_residuals
 from attnlearn.learner.long.fit import fit_config
 from attnlearn.learner.long.solve import AnswerSpread
 from attnlearn.learner.nodes import ratio_grid
@@ -203,6 +205,40 @@ def test_group_variances_are_infinite_for_a_vanishing_height():
     Jt[:, :, 2] = 0.0
     g_var, c_var = long_fit._group_variances(Jg, Jt)
     assert np.all(np.isinf(g_var)) and np.all(np.isinf(c_var))
+
+
+def test_fit_group_reaches_the_optimum_along_a_weak_direction():
+    """Two steps 0.2 nats apart in each of eight configurations, answers to 3e-14: the heights'
+    difference is known to about 1e-10 of their size. Started five of its standard deviations
+    off, fit_group ends where scipy's least_squares ends (within half a standard
+    deviation), and its Gauss-Newton step there gains less than CONVERGED (or than the
+    rounding of chi2 itself)."""
+    rng = np.random.default_rng(8)
+    _, z = ratio_grid(256, LongTolerances().ratios(2))
+    m, g = 8, np.array([-0.6, -0.19])
+    c = rng.uniform(-3, 3, size=(m, 1)) + np.array([0.0, 0.2])
+    C = rng.normal(size=m)
+    F = step_curve(z, C, c, g)
+    sd = 3e-14 * np.maximum(np.abs(F), 1.0)
+    F = F + sd * rng.normal(size=F.shape)
+    e_sd = np.full(m, 1e-15)
+    ends = (C + e_sd * rng.normal(size=m), e_sd, C + g.sum() + e_sd * rng.normal(size=m), e_sd)
+
+    def res(x):
+        return step_residuals(z, F, sd, x[2:2 + m], x[2 + m:].reshape(m, 2), x[:2], ends,
+                              prior=long_fit.PRIOR).ravel()
+
+    best = least_squares(res, np.concatenate([g, C, c.ravel()]), method="trf", x_scale="jac",
+                         xtol=1e-15, ftol=1e-15, gtol=1e-15).x
+    g_opt, C_opt, c_opt = best[:2], best[2:2 + m], best[2 + m:].reshape(m, 2)
+    _, Jg, Jt = long_fit._group_blocks(z, F, sd, ends, g_opt, C_opt, c_opt)
+    g_sd = np.sqrt(long_fit._group_variances(Jg, Jt)[0])
+    assert np.all(g_sd < 1e-9 * np.abs(g))
+    fit = long_fit.fit_group(z, F, sd, ends, g_opt + 5 * g_sd * np.array([1.0, -1.0]), C_opt, c_opt)
+    assert np.all(np.abs(fit.g - g_opt) <= 0.5 * g_sd)
+    r, Jg, Jt = long_fit._group_blocks(z, F, sd, ends, fit.g, fit.C, fit.c)
+    gain = long_fit._schur_step(r, Jg, Jt, long_fit.DAMPING[0])[2]
+    assert gain < max(long_fit.CONVERGED, long_fit._chi2_rounding(r[:, :len(z)], sd, fit.C, fit.g))
 
 
 @pytest.mark.parametrize("kw, exc, match", [
