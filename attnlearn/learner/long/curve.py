@@ -24,7 +24,7 @@ def step_curve(z, C, c, g):
 
     Used in: chapter 5b (the long design's fits and its Cramér–Rao bound).
     """
-    return np.expand_dims(C, -1) + _sigma(z, c) @ g
+    return np.asarray(C)[..., None] + _sigma(z, c) @ g
 
 
 def step_residuals(z, F, sd, C, c, g, ends, *, prior=None):
@@ -52,7 +52,7 @@ def step_residuals(z, F, sd, C, c, g, ends, *, prior=None):
     """
     Vq, Vq_sd, Vx, Vx_sd = ends
     rows = [(step_curve(z, C, c, g) - F) / sd,
-            np.expand_dims((C - Vq) / Vq_sd, -1), np.expand_dims((C + g.sum() - Vx) / Vx_sd, -1)]
+            np.asarray((C - Vq) / Vq_sd)[..., None], np.asarray((C + g.sum() - Vx) / Vx_sd)[..., None]]
     if prior is not None:
         rows.append(c / prior)
     return np.concatenate(rows, axis=-1)
@@ -81,7 +81,7 @@ def step_jacobian(z, sd, c, g, *, ends_sd=None, prior=None):
     Used in: chapter 5b (every fit of the long design and the Cramér–Rao bound).
     """
     s = _sigma(z, c)
-    data = np.concatenate([np.ones_like(s[..., :1]), s * (1 - s) * g, s], axis=-1) / np.expand_dims(sd, -1)
+    data = np.concatenate([np.ones_like(s[..., :1]), s * (1 - s) * g, s], axis=-1) / np.asarray(sd)[..., None]
     if ends_sd is None:
         return data
     H = c.shape[-1]
@@ -89,7 +89,7 @@ def step_jacobian(z, sd, c, g, *, ends_sd=None, prior=None):
     extra = np.zeros(np.shape(c)[:-1] + (2 + (H if prior is not None else 0), 2 * H + 1))
     extra[..., 0, 0] = 1 / Vq_sd
     extra[..., 1, 0] = 1 / Vx_sd
-    extra[..., 1, H + 1:] = np.expand_dims(1 / Vx_sd, -1)
+    extra[..., 1, H + 1:] = np.asarray(1 / Vx_sd)[..., None]
     if prior is not None:
         extra[..., 2 + np.arange(H), 1 + np.arange(H)] = 1 / prior
     return np.concatenate([data, extra], axis=-2)
