@@ -237,7 +237,7 @@ def test_fit_group_reaches_the_optimum_along_a_weak_direction():
     fit = long_fit.fit_group(z, F, sd, ends, g_opt + 5 * g_sd * np.array([1.0, -1.0]), C_opt, c_opt)
     assert np.all(np.abs(fit.g - g_opt) <= 0.5 * g_sd)
     r, Jg, Jt = long_fit._group_blocks(z, F, sd, ends, fit.g, fit.C, fit.c)
-    gain = long_fit._schur_step(r, Jg, Jt, long_fit.DAMPING[0])[2]
+    gain = long_fit._schur_step(r, Jg, Jt, 0.0)[2]
     assert gain < max(long_fit.CONVERGED, long_fit._chi2_rounding(r[:, :len(z)], sd, fit.C, fit.g))
 
 

@@ -69,14 +69,17 @@ EVALUATIONS = 200
 #: heights known, the right order of a configuration's positions is the one nearest its answers).
 SCOUT_STARTS = 24
 
-#: :func:`fit_group`'s Levenberg–Marquardt damping (relative to each column's squared norm):
-#: it starts at the floor, a Gauss–Newton step, grows tenfold on a rejected step, shrinks
-#: tenfold on an accepted one, and gives up above the ceiling. Started at 1e-3, on a group whose
-#: weakest direction was known to 1e-10 of the heights' size (:math:`d=4`, :math:`H=2`, two
-#: close steps), its damped steps were shorter than the rounding of :math:`\chi^2`, were
-#: rejected, and the fit froze 4.5 standard deviations short of its optimum (:math:`\chi^2`
-#: 21.9 where 1.9 was one step away), its error 1.4 times its estimate.
-DAMPING = (1e-12, 1e10)
+#: :func:`fit_group`'s Levenberg–Marquardt damping, relative to each column's squared norm: its
+#: first step is undamped (Gauss–Newton); a rejected step raises it to the first value or ten
+#: times, an accepted one lowers it tenfold (to none below the first), and the fit gives up
+#: above the second. Any fixed floor is too much: a group of :math:`H=8` heads had a weakest
+#: direction of squared singular value 1e-15 (unit columns), and a floor of 1e-12 shrank the
+#: step along it a thousandfold (:math:`\chi^2` 80 where 2.8 was one step away). Started at
+#: 1e-3, on a group whose weakest direction was known to 1e-10 of the heights' size
+#: (:math:`d=4`, :math:`H=2`, two close steps), the damped steps were shorter than the
+#: rounding of :math:`\chi^2`, were rejected, and the fit froze 4.5 standard deviations short
+#: (:math:`\chi^2` 21.9 where 1.9 was reachable), its error 1.4 times its estimate.
+DAMPING = (1e-6, 1e10)
 
 #: :func:`fit_group` has converged when the Gauss–Newton step would lower :math:`\chi^2` by
 #: less than this (in units of the noise, scaled by the reduced :math:`\chi^2` when above 1):
@@ -270,11 +273,11 @@ def fit_group(z, F, sd, ends, g0, C0, c0, *, iterations=100):
     m, H = c.shape
     dof = max(1, m * (len(z) + 2) - (H + m * (H + 1)))
     r, Jg, Jt = _group_blocks(z, F, sd, ends, g, C, c)
-    cost, lam = float(np.sum(r**2)), DAMPING[0]
+    cost, lam = float(np.sum(r**2)), 0.0
     for _ in range(iterations):
         dg, dt, gain = _schur_step(r, Jg, Jt, lam)
-        if lam > DAMPING[0]:  # convergence is judged by the Gauss–Newton step, not a damped one
-            gain = _schur_step(r, Jg, Jt, DAMPING[0])[2]
+        if lam > 0:  # convergence is judged by the Gauss–Newton step, not a damped one
+            gain = _schur_step(r, Jg, Jt, 0.0)[2]
         if gain <= CONVERGED * max(1.0, cost / dof):
             break
         g1, C1, c1 = g + dg, C + dt[:, 0], c + dt[:, 1:]
@@ -282,11 +285,11 @@ def fit_group(z, F, sd, ends, g0, C0, c0, *, iterations=100):
         cost1 = float(np.sum(r1**2))
         if np.isfinite(cost1) and cost1 < cost:
             g, C, c, r, Jg, Jt, cost = g1, C1, c1, r1, Jg1, Jt1, cost1
-            lam = max(lam / 10, DAMPING[0])
+            lam = lam / 10 if lam / 10 >= DAMPING[0] else 0.0
         elif gain <= _chi2_rounding(r[:, :len(z)], sd, C, g):
             break  # the step's gain is below the rounding of chi2 itself: as close as it can tell
         else:
-            lam *= 10
+            lam = max(10 * lam, DAMPING[0])
             if lam > DAMPING[1]:
                 break
     chi2 = np.sum(r[:, :len(z) + 2] ** 2, axis=1)
