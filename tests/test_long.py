@@ -15,7 +15,7 @@ from attnlearn.learner.long import fit as long_fit
 from attnlearn.learner.long import passes as long_passes
 from attnlearn.learner.long import run as long_run
 from attnlearn.learner.long import solve as long_solve
-from attnlearn.learner.long.curve import step_curve, step_residuals
+from attnlearn.learner.long.curve import step_curve, step_jacobian, step_residuals
 from attnlearn.learner.long.fit import fit_config
 from attnlearn.learner.long.solve import AnswerSpread
 from attnlearn.learner.nodes import ratio_grid
@@ -239,6 +239,27 @@ def test_fit_group_reaches_the_optimum_along_a_weak_direction():
     r, Jg, Jt = long_fit._group_blocks(z, F, sd, ends, fit.g, fit.C, fit.c)
     gain = long_fit._schur_step(r, Jg, Jt, 0.0)[2]
     assert gain < max(long_fit.CONVERGED, long_fit._chi2_rounding(r[:, :len(z)], sd, fit.C, fit.g))
+
+
+@pytest.mark.parametrize("chi2_per_dof", [0.5, 4.0])
+def test_resolution_is_the_closest_gap_in_its_standard_deviations(chi2_per_dof):
+    """resolution(): the smallest gap between neighbouring steps over the standard deviation of
+    that gap, from the inverse of the whole information matrix (ends and prior rows included),
+    times 1/sqrt(chi2/dof) when chi2 exceeds its degrees of freedom; 0 for coinciding steps, inf
+    for one head."""
+    _, z = ratio_grid(256, LongTolerances().ratios(3))
+    c, g = np.array([1.0, -2.5, 0.4]), np.array([0.8, -0.5, 1.2])
+    sd = np.full(len(z), 1e-6)
+    ends = (0.0, 1e-6, g.sum(), 1e-6)
+    dof = len(z) + 2 - 7
+    J = step_jacobian(z, sd, c, g, ends_sd=(1e-6, 1e-6), prior=long_fit.PRIOR)
+    cov = np.linalg.inv(J.T @ J)
+    pairs = [(2, 3), (3, 1)]  # sorted by position: heads 2, 3, 1 (columns 1 + h)
+    want = min((c[b - 1] - c[a - 1]) / np.sqrt(cov[a, a] + cov[b, b] - 2 * cov[a, b]) for a, b in pairs)
+    got = long_fit.resolution(z, sd, ends, c, g, chi2_per_dof * dof)
+    assert got == pytest.approx(want / np.sqrt(max(1.0, chi2_per_dof)), rel=1e-6)
+    assert long_fit.resolution(z, sd, ends, np.array([0.3, 0.3, 2.0]), g, dof) == 0.0
+    assert long_fit.resolution(z, sd, ends, c[:1], g[:1], dof) == np.inf
 
 
 @pytest.mark.parametrize("kw, exc, match", [

@@ -369,6 +369,14 @@ class LongTolerances:
         8.3 nats on each side at :math:`L=4096`): the gaps grow with it.
     stretch_clip : tuple of float
         Bounds of that scaling (1/8..8).
+    anchor_resolve : float
+        ... and the stretched anchor is kept when its closest pair of steps lies 4 standard
+        deviations of their difference apart or more (Cramér–Rao at its fit, scaled by its
+        reduced :math:`\chi^2` when above 1), whatever the candidate predicted. Measured
+        against the truth on 111 stretched anchors of float32 layers (:math:`d=16`,
+        :math:`H=4`, :math:`L=64`, eight layers): every fit with a step more than 0.1 nat off
+        resolved its closest pair at 3.1 standard deviations or less, every one within 0.05
+        nat at 4.7 or more.
     nudge : float
         Nudged configurations :math:`q_0+\eta w`: :math:`\eta` moves the steps by about 0.15
         of the anchor's smallest gap (root mean square), so that the nearest anchor step labels
@@ -450,6 +458,7 @@ class LongTolerances:
     base_tries: int = 4
     stretch: float = 6.0
     stretch_clip: tuple = (1 / 8, 8)
+    anchor_resolve: float = 4.0
     nudge: float = 0.15
     nudge_max: float = 1.0
     trim_above: float = 1000.0

@@ -15,7 +15,7 @@ from scipy.special import expit
 
 from .curve import step_jacobian, step_residuals
 
-__all__ = ["PRIOR", "fit_config", "GroupFit", "fit_group"]
+__all__ = ["PRIOR", "fit_config", "resolution", "GroupFit", "fit_group"]
 
 
 #: Standard deviation of the weak prior on every step position (nats): the window's width at
@@ -149,6 +149,29 @@ def fit_config(z, F, sd, H, *, ends, c0=None, chi2_ok=None, rng=None):
     C, c, g = x[0], x[1:H + 1], x[H + 1:]
     order = np.argsort(c)
     return C, c[order], g[order], best[1]
+
+
+def resolution(z, sd, ends, c, g, chi2):
+    r"""How well one configuration's fit (:func:`fit_config`'s ``c``, ``g``, ``chi2``) tells its
+    steps apart: the smallest gap between neighbouring positions in standard deviations of that
+    gap (Cramér–Rao, from the whitened Jacobian's SVD with the ends and the prior as the fit
+    weighs them, scaled by :math:`\sqrt{\max(1,\chi^2/\mathrm{dof})}`); 0 when the information
+    is singular, ``inf`` with one head.
+
+    Used in: chapter 5b (the anchor of :func:`~.passes.coarse_pass`)."""
+    H = len(c)
+    if H < 2:
+        return np.inf
+    J = step_jacobian(z, sd, c, g, ends_sd=(ends[1], ends[3]), prior=PRIOR)
+    n = np.linalg.norm(J, axis=0)
+    _, sv, Vt = np.linalg.svd(J / np.where(n > 0, n, 1.0), full_matrices=False)
+    if not sv[-1] > np.finfo(float).eps * len(sv) * sv[0] or not np.all(n > 0):
+        return 0.0
+    root = (Vt.T / sv)[1:H + 1] / n[1:H + 1, None]  # the positions' rows of the covariance's factor
+    order = np.argsort(c)
+    gap_sd = np.linalg.norm(np.diff(root[order], axis=0), axis=1)
+    dof = max(len(z) + 2 - (2 * H + 1), 1)
+    return float(np.min(np.diff(c[order]) / gap_sd) / np.sqrt(max(1.0, chi2 / dof)))
 
 
 # ---------------------------------------------------------------- fitting a group jointly
