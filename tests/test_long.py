@@ -1,5 +1,7 @@
 """learn(..., design="long") (attnlearn.learner.long): long ratio queries through float32-level noise."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy.optimize import least_squares
@@ -701,3 +703,53 @@ def test_held_out_answers_that_disagree_raise_the_long_designs_estimate():
     assert loud.diagnostics.holdout_chi2 > 1e4  # the held-out residuals are 1e-9, the spread far below
     assert loud.error_estimate > 100 * quiet.error_estimate and loud.holdout_error <= 10 * loud.error_estimate
     assert learn(Oracle(model), 3, heads=2).diagnostics.holdout_chi2 is None  # the paper's design: its certificate
+
+
+def test_an_unresolved_anchor_tries_the_next_candidate_and_counts_it_as_redrawn(monkeypatch):
+    """A stretched anchor that does not resolve its steps is followed by the next best separated
+    candidate, stretched (no group redraw); its queries are reported with the redraws and the
+    design's count stays long_cost's. With no candidate resolved the group is drawn again."""
+    d, H, L = 4, 3, 256
+    M = random_model(H, d, seed=2)
+    calls = []
+
+    def first_unresolved(*args):
+        calls.append(len(calls))
+        return 0.0 if len(calls) == 1 else np.inf
+
+    monkeypatch.setattr(long_passes, "resolution", first_unresolved)
+    rec = learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
+    R = len(ratio_grid(L, LongTolerances().ratios(H))[0])
+    assert rec.queries["design"] == sum(long_cost(d, H, L, tol=LongTolerances())[0].values())
+    assert rec.queries["redraws"] == R and rec.diagnostics.redrawn == []
+    assert len(calls) == d + 1
+    assert param_error(rec.model, M) <= rec.error_estimate
+
+    monkeypatch.setattr(long_passes, "resolution", lambda *args: 0.0)
+    with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: .* does not resolve its steps \(of \d "
+                                                  r"candidates, the closest two at best 0 standard deviations"):
+        learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
+
+
+def test_a_group_left_far_above_its_noise_is_drawn_again(monkeypatch):
+    """A group whose joint fit stays above trim_above times its noise after the repairs is not
+    kept: it is drawn again (its queries reported as redraws), and the next draw is used."""
+    d, H, L = 4, 2, 256
+    M = random_model(H, d, seed=1)
+    real, calls = long_run._trim, []
+
+    def contaminated_once(*args):
+        fit = real(*args)
+        calls.append(fit.reduced)
+        if len(calls) == 1:
+            fit.reduced = 10 * LongTolerances().trim_above
+        return fit
+
+    monkeypatch.setattr(long_run, "_trim", contaminated_once)
+    rec = learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
+    assert rec.diagnostics.redrawn == ["group(1)"] and rec.queries["redraws"] > 0
+    assert len(calls) == d + 1 and param_error(rec.model, M) <= rec.error_estimate
+    monkeypatch.setattr(long_run, "_trim", lambda *args: dataclasses.replace(real(*args), reduced=np.inf))
+    with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: a group's joint fit stays at inf "
+                                                  r"times its noise \(reduced chi2\) after its repairs"):
+        learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)

@@ -116,9 +116,11 @@ class Recovery:
     heads : int
         Number of canonical heads found (possibly 0).
     queries : dict
-        ``design`` (the paper's :math:`4nd^2-2n+1`), ``constants`` (robust mode's extra
+        ``design`` (the paper's :math:`4nd^2-2n+1`; the long design's count of
+        :func:`~attnlearn.learner.cost.long_cost`), ``constants`` (robust mode's extra
         constant queries), ``redraws`` (robust mode's redrawn configurations and block
-        constants), ``holdout`` (verification queries) and ``total``; after robust mode's
+        constants; the long design's groups drawn again and its anchors' later candidates),
+        ``holdout`` (verification queries) and ``total``; after robust mode's
         fallback to the long design also ``abandoned`` (the queries of the attempt whose result
         is not returned, in the total).
     max_length : int

@@ -389,6 +389,10 @@ class LongTolerances:
         (float64, :math:`H=4`, :math:`d=32`), while a float32 layer read through
         ``ratio_noise(64)`` (chapter 7, a noise model only roughly right) leaves groups near
         11, where setting configurations aside made the models worse (2.5e-3 against 2e-4).
+        A group still above it after :func:`~.long._trim` is drawn again: measured at
+        :math:`H=8`, :math:`d=16` (float64, seed 6 of ``benchmarks/scale.py --rank``), a first
+        group kept at reduced :math:`\chi^2` 2e21, its heights 256 standard deviations off,
+        failed every link to it.
     trim_factor : float
         A group's joint fit still above the noise after the repairs (:func:`~.long._trim`):
         its configurations with a :math:`\chi^2` over 10 times the group's median are set

@@ -46,6 +46,7 @@ class Context:
     family: Family = LINEAR
     beta: float = 0.0
     beta_sd: float = 0.0
+    retried: int = 0  # queries asked again within a group that returned (an anchor's later candidates)
 
     def chunk(self):
         return max(1, int(self.tol.batch_floats // (self.L * self.d)))

@@ -121,32 +121,30 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
 
 
 def _anchor(ctx, u, scale, *, rng):
-    r""":func:`coarse_pass`'s anchor: the best separated of ``tol.base_tries`` random
-    configurations, stretched to ``tol.stretch`` nats and asked again; returns ``(q0, F, sd,
-    ends, (C, c, g, chi2), reach)`` of the stretched configuration, its heads sorted by
-    position, ``reach`` the root mean square of the part of its positions that is linear in
-    :math:`q` (all of them without biases).
-
-    With score biases :math:`b_h` (here so named: :math:`c_h` is a step's position) a step sits
-    at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top b_h`: affine in :math:`q`, not
-    linear. The group's *origin* :math:`q=0` (:func:`_origin`) shows :math:`-\kappa_h`, and the
-    stretch by :math:`\alpha` moves the candidate's steps from :math:`c_h` to
-    :math:`\alpha(c_h+\kappa_h)-\kappa_h`: the start of the stretched configuration's fit.
+    r""":func:`coarse_pass`'s anchor: of ``tol.base_tries`` random configurations fitted within
+    the noise, the best separated (smallest gap over largest :math:`|c_h|`), stretched to
+    ``tol.stretch`` nats and asked again (:func:`_stretch`); returns ``(q0, F, sd, ends, (C, c,
+    g, chi2), reach)`` of the stretched configuration, its heads sorted by position, ``reach``
+    the root mean square of the part of its positions that is linear in :math:`q` (all of them
+    without biases).
 
     The stretched fit is judged on its own: its closest two steps at least
-    ``tol.anchor_resolve`` standard deviations apart (:func:`~.fit.resolution`). The candidate's
-    prediction is no test: its closest steps are the least known (float32 layers, :math:`H=4`:
-    candidates' positions up to 1.4 nats off where the stretched fit was within 0.01).
+    ``tol.anchor_resolve`` standard deviations apart (:func:`~.fit.resolution`). When they are
+    not, the next best separated candidate is stretched, and so on; the queries of the
+    stretched configurations after the first are reported with the redraws
+    (``ctx.retried``). The candidate's own positions are no test: its closest steps are the
+    least known (float32 layers, :math:`H=4`: candidates' positions up to 1.4 nats off where
+    the stretched fit was within 0.01).
 
     Raises
     ------
     IllConditionedError
-        No candidate fitted within the noise, the origin not fitted (:func:`_origin`), or the
-        stretched configuration does not resolve its steps
+        No candidate fitted within the noise, the origin not fitted (:func:`_origin`), or no
+        stretched candidate resolves its steps.
     """
     d, H, tol = ctx.d, ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
-    best, chi2s = None, []
+    candidates, chi2s = [], []
     for _ in range(tol.base_tries):
         q = _unit(rng, d) * scale
         F, sd = ctx.config(u, q)
@@ -154,18 +152,45 @@ def _anchor(ctx, u, scale, *, rng):
         C, c, g, chi2 = fit_config(ctx.z, F, sd, H, ends=e, chi2_ok=chi2_ok,
                                    rng=rng)
         chi2s.append(chi2)
-        if not chi2 <= chi2_ok:
-            continue
-        sep = (np.min(np.diff(c)) if H > 1 else 1.0) / max(np.max(np.abs(c)), 1e-12)
-        if best is None or sep > best[0]:
-            best = (sep, q, c, g, (F, sd, e, C))
-    if best is None:
+        if chi2 <= chi2_ok:
+            sep = (np.min(np.diff(c)) if H > 1 else 1.0) / max(np.max(np.abs(c)), 1e-12)
+            candidates.append((sep, q, c, g, (F, sd, e, C)))
+    if not candidates:
         raise IllConditionedError(
             f"no configuration of a group was fitted within {tol.chi2_factor:g} x its noise (best chi2 per "
             f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
             "or the steps are beyond the window")
-    _, q, c, g, seen = best
-    origin = _origin(ctx, u, g, (*seen, c)) if ctx.family.affine else np.zeros(H)  # the steps at q = 0: -kappa_h
+    candidates.sort(key=lambda t: -t[0])
+    origin_answers, retried, seen = [], 0, []
+    for n, (_, q, c, g, fitted) in enumerate(candidates):
+        before = ctx.ask.queries
+        stretched = _stretch(ctx, u, q, c, g, fitted, origin_answers, rng=rng)
+        if n:
+            retried += ctx.ask.queries - before
+        seen.append(stretched[-1])
+        if stretched[-1] >= tol.anchor_resolve:
+            ctx.retried += retried
+            return stretched[:-1]
+    raise IllConditionedError(
+        f"a group's anchor configuration, stretched, does not resolve its steps (of {len(seen)} candidates, the "
+        f"closest two at best {max(seen):.2g} standard deviations apart): its heads cannot be told apart at "
+        "this output error")
+
+
+def _stretch(ctx, u, q, c, g, fitted, origin_answers, *, rng):
+    r""":func:`_anchor`'s candidate ``q`` (its fit ``c``, ``g`` and ``fitted`` = its ``(F, sd,
+    ends, C)``) stretched so that its farthest step sits ``tol.stretch`` nats out, asked and
+    fitted; returns ``(q0, F, sd, ends, (C, c, g, chi2), reach, resolution)``.
+
+    With score biases :math:`b_h` (here so named: :math:`c_h` is a step's position) a step sits
+    at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top b_h`: affine in :math:`q`, not
+    linear. The group's *origin* :math:`q=0` (:func:`_origin`, asked once per group:
+    ``origin_answers`` keeps its answers) shows :math:`-\kappa_h`, and the stretch by
+    :math:`\alpha` moves the candidate's steps from :math:`c_h` to
+    :math:`\alpha(c_h+\kappa_h)-\kappa_h`: the start of the stretched configuration's fit."""
+    H, tol = ctx.H, ctx.tol
+    chi2_ok = tol.chi2_factor * _dof(ctx, H)
+    origin = _origin(ctx, u, g, (*fitted, c), origin_answers) if ctx.family.affine else np.zeros(H)
     alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)), 1e-12), *tol.stretch_clip))
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
@@ -174,16 +199,11 @@ def _anchor(ctx, u, scale, *, rng):
     single = fit_config(ctx.z, F, sd, H, ends=e, c0=pred, chi2_ok=chi2_ok,
                         rng=rng)
     apart = resolution(ctx.z, sd, e, single[1], single[2], single[3])
-    if not apart >= tol.anchor_resolve:
-        raise IllConditionedError(
-            f"a group's anchor configuration, stretched, does not resolve its steps (the closest two {apart:.2g} "
-            f"standard deviations apart, chi2 per degree of freedom {single[3] / _dof(ctx, H):.3g}): its heads "
-            "cannot be told apart at this output error")
     reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.family.affine else np.sqrt(np.mean(single[1] ** 2))
-    return q0, F, sd, e, single, reach
+    return q0, F, sd, e, single, reach, apart
 
 
-def _origin(ctx, u, g, candidate):
+def _origin(ctx, u, g, candidate, answers=None):
     r"""With score biases: the positions :math:`-\kappa_h` of the group's steps at :math:`q=0`
     (the configuration :math:`x=-u`, :math:`q=0`), fitted with the heights ``g`` of the anchor's
     candidate fixed (so labelled as its heads), from the starts of :func:`_origin_starts` until
@@ -191,7 +211,8 @@ def _origin(ctx, u, g, candidate):
     (``candidate``: its ``(F, sd, ends, C, c)``; :func:`_joint_positions`, the heights shared
     and free): the candidate's heights carry their own error, and a float64 oracle's noise is so
     small that a height off in its sixth digit puts the origin's :math:`\chi^2` a hundred times
-    above its noise (drawn biases, steps of opposite heights close together).
+    above its noise (drawn biases, steps of opposite heights close together). ``answers``: a list
+    holding the origin's answers once asked (:func:`_anchor`'s candidates share them).
 
     Raises
     ------
@@ -199,7 +220,10 @@ def _origin(ctx, u, g, candidate):
         Neither fits within the noise."""
     tol = ctx.tol
     q = np.zeros(ctx.d)
-    F, sd = ctx.config(u, q)
+    answers = [] if answers is None else answers
+    if not answers:  # asked once per group: the caller's list keeps them for its next candidate
+        answers.append(ctx.config(u, q))
+    F, sd = answers[0]
     ends = tuple(np.array([x]) for x in ctx.ends(u, q))
     limit = tol.chi2_factor * (len(ctx.z) + 2)
     c, C, cost = _positions_only(ctx.z, F, sd, g, _origin_starts(ctx, F, sd, ends), ends, 0, limit=limit)

@@ -28,7 +28,9 @@ __all__ = ["draw_groups", "draw_groups_ranked", "learn_long"]
 def _group(ctx, u, scale, rng, *, spans=None):
     """Both passes of one group, the regression after each; the group's heights, y and covariances
     (regressed in the heads' row spaces, :func:`~.rank.regress_in_spans`, when ``spans`` is given:
-    then with its assignment ``perm`` and ``margin``)."""
+    then with its assignment ``perm`` and ``margin``). A group whose joint fit stays above
+    ``tol.trim_above`` times its noise after the repairs raises :class:`IllConditionedError` (it
+    is drawn again)."""
     try:
         return _passes(ctx, u, scale, rng, spans)
     except np.linalg.LinAlgError as exc:  # a fit or a solve without information
@@ -55,6 +57,10 @@ def _passes(ctx, u, scale, rng, spans):
     c0 = np.vstack([fit1.c, pred])
     fit = _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)
     fit = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, fit))
+    if not fit.reduced <= tol.trim_above:  # a wrong local minimum the repairs did not undo: drawn again
+        raise IllConditionedError(
+            f"a group's joint fit stays at {fit.reduced:.3g} times its noise (reduced chi2) after its repairs: a "
+            "configuration in a wrong local minimum or heads mislabelled")
     Y, covY, used, perm, margin = regress(Q, fit)
     return {"g": fit.g, "g_sd": fit.g_sd, "Y": Y, "covY": covY, "reduced": fit.reduced,
             "used": int(used.sum()), "configs": len(Q), "perm": perm, "margin": margin}
@@ -125,7 +131,7 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
         Still failing after the redraws."""
     spent = 0
     for a in range(ctx.tol.group_redraws + 1):
-        before = ctx.ask.queries
+        before, retried = ctx.ask.queries, ctx.retried
         if a and k < ctx.d - 1:  # a new direction orthogonal to the groups before
             O[k:] = _orthonormal(rng, ctx.d - k) @ O[k:]
         elif a:  # the last group: no other orthogonal direction is left
@@ -134,7 +140,8 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
         try:
             return u, attempt(u), spent
         except retry as exc:
-            spent += ctx.ask.queries - before
+            spent += ctx.ask.queries - before  # all of a failed attempt, its anchor's retries too
+            ctx.retried = retried
             redrawn.append(f"group({k + 1})")
             if a == ctx.tol.group_redraws:
                 raise type(exc)(f"group {k + 1}, after {a} redraws: {exc}") from None
@@ -221,6 +228,7 @@ def learn_long(ask, opt, tol):
     spread = AnswerSpread(heads, Uinv, groups, perms, beta_sd=ctx.beta_sd if ctx.family.affine else 0.0,
                           absolute=absolute, relative=ctx.relative, rounding=lt.rounding)
     model = heads if ctx.family.affine else canonical(heads)
+    redraw_queries += ctx.retried  # an anchor's later candidates: asked again, as a redraw is
     queries = {"design": ask.queries - start - redraw_queries - reprobes, "constants": 0, "redraws": redraw_queries,
                "holdout": 0}
     if reprobes:
