@@ -46,17 +46,22 @@ target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (ove
 ``Diagnostics.holdout_chi2``; None from the paper's design), a raise's
 ``message``); chapter 7 loads ``benchmarks/results/torch_*.json``.
 
-Measured (re-run 2026-12-06 on code 9934694, this machine, ``--dtype float32 --heads H --modes "long,
+Measured (re-run 2026-12-06 on code 3f32b5f, this machine, ``--dtype float32 --heads H --modes "long,
 L=64" --json benchmarks/results/torch_float32_long_hH.json``, one row per run; the long design's
-groups on orthogonal directions, ``attnlearn.learner.long.run.draw_groups``): H = 1 20/20 to 1e-3
-(median 1.1e-5, 18552 queries per layer, 2 s each), H = 2 19/20 (median 4.1e-5, 23654), 0 raised,
-0 silent; the held-out answers raised 4 of the 20 one-head estimates and 8 of the 20 two-head ones
-(estimate/error now at least 1.5 and 1.9, median 3.1 and 2.4: float32 ratio noise too is not
-independent along the grid); with independent random directions instead, the code otherwise the
-same (2026-12-03): 17/20, median 8.8e-5, and 17/20, median 2.9e-4 (runs not archived); the
-paper's design in robust mode (``torch_float32.json``): H = 1 17/20, H = 2 0/20; ``--dtype float32
---heads 4 --modes "long, L=64"``: 5/20 (8 returned, 12 raised, 11 at the anchored coarse pass; at
-commit 2309a43, before the orthogonal directions, _trim and rounding 1/2: 1/20).
+groups on orthogonal directions, ``attnlearn.learner.long.run.draw_groups``; its stretched anchor
+kept when its own fit resolves its steps, else the next candidate): H = 1 20/20 to 1e-3 (median
+1.1e-5, 18552 queries per layer, 2 s each), H = 2 19/20 (median 3.5e-5, 23654, 3 s), 0 raised, 0
+silent; H = 4 14/20 (19 returned, median 7.3e-4, 33606 queries, 12 s; 1 raised, the estimate above 1;
+largest error/estimate 0.96); H = 8 0/20 (all 20 raised in the first group: no stretched anchor
+candidate resolves eight steps at this noise). Before (code 9934694): H = 2 median 4.1e-5; H = 4
+5/20 (8 returned, 12 raised, 11 at the anchored coarse pass, which then judged the stretched anchor
+by the candidate's predicted positions; at commit 2309a43, before the orthogonal directions, _trim
+and rounding 1/2: 1/20). At 9934694 the held-out answers raised 4 of the 20 one-head estimates and
+8 of the 20 two-head ones (float32 ratio noise too is not independent along the grid); with
+independent random directions instead, the code otherwise the same (2026-12-03): 17/20, median
+8.8e-5, and 17/20, median 2.9e-4 (runs not archived); the paper's design in robust mode
+(``torch_float32.json``): H = 1 17/20, H = 2 0/20. Float32 rows are one draw each: the float32 sums
+differ from run to run, and a layer near one of the learner's decisions may fall on either side.
 Float64, ``--heads 4 --modes "long, L=4096" --json benchmarks/results/torch_float64_long_h4.json``:
 20/20 to 1e-4 (median 5.9e-11, 36944 queries per layer, 0 raised, 0 silent, about 65 s of CPU per
 layer; re-run on code 9934694: smallest estimate/error 1.8; at 2309a43: 18/20, median 2.2e-10),
