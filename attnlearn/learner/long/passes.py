@@ -133,7 +133,7 @@ def _anchor(ctx, u, scale, *, rng):
     not, the next best separated candidate is stretched, and so on; the queries of the
     stretched configurations after the first are reported with the redraws
     (``ctx.retried``). The candidate's own positions are no test: its closest steps are the
-    least known (float32 layers, :math:`H=4`: candidates' positions up to 1.4 nats off where
+    least known (float32 layers, :math:`H=4`: candidates' positions up to 1.1 nats off where
     the stretched fit was within 0.01).
 
     Raises
