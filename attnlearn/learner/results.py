@@ -117,7 +117,7 @@ class Recovery:
         Number of canonical heads found (possibly 0).
     queries : dict
         ``design`` (the paper's :math:`4nd^2-2n+1`; the long design's count of
-        :func:`~attnlearn.learner.cost.long_cost`), ``constants`` (robust mode's extra
+        :func:`~attnlearn.learner.cost.long_cost`, with ``rank=`` at most that), ``constants`` (robust mode's extra
         constant queries), ``redraws`` (robust mode's redrawn configurations and block
         constants; the long design's groups drawn again and its anchors' later candidates),
         ``holdout`` (verification queries) and ``total``; after robust mode's

@@ -317,8 +317,9 @@ class LongTolerances:
         Configurations per group and pass: ``2 d`` (twice the unknowns of :math:`y_h`, room
         for outliers).
     group_redraws : int
-        A degenerate group (a vanishing :math:`\gamma_h=-u^\top v_h` or coinciding heads) is
-        drawn again with a new :math:`u` at most twice.
+        A degenerate group (a vanishing :math:`\gamma_h=-u^\top v_h` or coinciding heads), or
+        one whose joint fit stays above ``trim_above`` times its noise, is drawn again with a
+        new :math:`u` at most twice.
     link_configs : int
         Configurations per link (3): three curves of :math:`2\log(L-1)` nats each.
     link_margin : float
@@ -363,7 +364,8 @@ class LongTolerances:
         against 14/20 anchored).
     base_tries : int
         Coarse pass: random candidates for a group's anchor configuration (4); the best
-        separated one (smallest gap over largest step position) is kept.
+        separated one (smallest gap over largest step position) is stretched first, the others
+        in that order while the stretched fit does not resolve its steps.
     stretch : float
         ... its :math:`q` is scaled so that its farthest step sits 6 nats out (the window is
         8.3 nats on each side at :math:`L=4096`): the gaps grow with it.

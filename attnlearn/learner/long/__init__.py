@@ -26,7 +26,8 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (chapter 5b):
 4. :func:`~.passes.coarse_pass`, anchored: the best separated of a few random :math:`q` (each fitted
    alone: AAA start, :class:`scipy.interpolate.AAA`, poles :math:`w=-e^{c_h}` in :math:`w=t/s`,
    then weighted Levenberg–Marquardt, :func:`scipy.optimize.least_squares`) is stretched so its
-   steps span the window, then :math:`2d` nudged :math:`q_0+\eta w_j` are fitted from its
+   steps span the window (kept when its own fit resolves them, :func:`~.fit.resolution`, else
+   the next best separated is stretched), then :math:`2d` nudged :math:`q_0+\eta w_j` are fitted from its
    positions and labelled by the nearest of them (continuity, not clustering of
    :math:`\gamma`: at :math:`H\ge4` random :math:`q` put two steps within half a nat in most
    configurations); then one joint fit of the group with shared :math:`\gamma`

@@ -65,9 +65,10 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
 
     1. :func:`_anchor`: ``tol.base_tries`` random :math:`q` of norm ``scale``, each fitted
        alone; the one whose steps are best separated relative to their extent (smallest gap
-       over largest :math:`|c_h|`) is the anchor :math:`q_0`, stretched (:math:`c` is linear in
-       :math:`q`; with biases affine, measured from the group's origin) so that its farthest step
-       sits ``tol.stretch`` nats out (from the origin's), and asked again.
+       over largest :math:`|c_h|`) is stretched (:math:`c` is linear in :math:`q`; with biases
+       affine, measured from the group's origin) so that its farthest step sits
+       ``tol.stretch`` nats out (from the origin's) and asked again: the anchor :math:`q_0`
+       when its fit resolves its steps, else the next best separated is stretched.
     2. :math:`2d` nudged configurations :math:`q_0+\eta w_j` (:math:`w_j` two random orthonormal
        bases): :math:`\eta` moves the steps by about ``tol.nudge`` of the anchor's smallest gap,
        so every configuration's fit starts at the anchor's positions and its heads are labelled
@@ -129,8 +130,11 @@ def _anchor(ctx, u, scale, *, rng):
     without biases).
 
     The stretched fit is judged on its own: its closest two steps at least
-    ``tol.anchor_resolve`` standard deviations apart (:func:`~.fit.resolution`). When they are
-    not, the next best separated candidate is stretched, and so on; the queries of the
+    ``tol.anchor_resolve`` standard deviations apart (:func:`~.fit.resolution`), and its
+    :math:`\chi^2` within ``tol.trim_above`` times its degrees of freedom (a float32 layer's
+    correct anchors reach 50 times, a wrong local minimum millions). When it is not, or when the
+    origin cannot be fitted under a candidate's heights, the next best separated candidate is
+    stretched, and so on; the queries of the
     stretched configurations after the first are reported with the redraws
     (``ctx.retried``). The candidate's own positions are no test: its closest steps are the
     least known (float32 layers, :math:`H=4`: candidates' positions up to 1.1 nats off where
@@ -161,16 +165,22 @@ def _anchor(ctx, u, scale, *, rng):
             f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
             "or the steps are beyond the window")
     candidates.sort(key=lambda t: -t[0])
-    origin_answers, retried, seen = [], 0, []
+    origin_answers, retried, seen, origin_error = [], 0, [], None
     for n, (_, q, c, g, fitted) in enumerate(candidates):
         before = ctx.ask.queries
-        stretched = _stretch(ctx, u, q, c, g, fitted, origin_answers, rng=rng)
-        if n:
-            retried += ctx.ask.queries - before
+        try:
+            stretched = _stretch(ctx, u, q, c, g, fitted, origin_answers, rng=rng)
+        except IllConditionedError as exc:  # the origin not fitted under this candidate's heights
+            origin_error = exc
+            continue
+        finally:
+            retried += (ctx.ask.queries - before) if n else 0
         seen.append(stretched[-1])
         if stretched[-1] >= tol.anchor_resolve:
             ctx.retried += retried
             return stretched[:-1]
+    if not seen:
+        raise origin_error
     raise IllConditionedError(
         f"a group's anchor configuration, stretched, does not resolve its steps (of {len(seen)} candidates, the "
         f"closest two at best {max(seen):.2g} standard deviations apart): its heads cannot be told apart at "
@@ -198,7 +208,8 @@ def _stretch(ctx, u, q, c, g, fitted, origin_answers, *, rng):
     pred = np.sort(alpha * (c - origin) + origin) if ctx.family.affine else alpha * c
     single = fit_config(ctx.z, F, sd, H, ends=e, c0=pred, chi2_ok=chi2_ok,
                         rng=rng)
-    apart = resolution(ctx.z, sd, e, single[1], single[2], single[3])
+    # a fit far above its noise (a wrong local minimum) resolves nothing, however far apart its steps
+    apart = resolution(ctx.z, sd, e, single[1], single[2], single[3]) if single[3] <= tol.trim_above * _dof(ctx, H) else 0.0
     reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.family.affine else np.sqrt(np.mean(single[1] ** 2))
     return q0, F, sd, e, single, reach, apart
 

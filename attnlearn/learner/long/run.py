@@ -75,7 +75,8 @@ def _orthonormal(rng, d):
 def draw_groups(ctx, scale, *, rng):
     r"""The :math:`d` groups, their :math:`u_k` the rows of ``scale`` times a random orthogonal
     matrix; a group whose fits are degenerate (a head whose :math:`\gamma_h=-u_k^\top v_h`
-    vanishes, two coinciding heads) is drawn again with a new :math:`u_k`, a random direction
+    vanishes, two coinciding heads) or stay far above the noise (:func:`_group`) is drawn again
+    with a new :math:`u_k`, a random direction
     orthogonal to the groups before it (for the last group, a random direction), at most
     ``tol.group_redraws`` times (its queries are reported as ``queries["redraws"]``). Returns ``(U, groups, redrawn, redraw_queries)``.
 
