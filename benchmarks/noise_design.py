@@ -37,16 +37,17 @@ LongTolerances.rounding = 1/2):
     --row 4,16,6e-8,20 (benchmarks/results/noise_design_H4_d16.json):
     H=4 d=16 eps=6e-08 ok(1e-3) 19/20 ok(1e-6) 4/20 median 3.7e-06 beyond 10x est 0 max e/est 0.56
              queries/4Hd^2 9.6 longest 4096 46.2 s/model raised: IllConditionedError 1
-    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code 3f32b5f,
+    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code 92ca33d,
     --workers 1: the stretched anchor kept when its own fit resolves its steps, else the next
     candidate): goal (10/20) NOT met
     H=8 d=16 eps=6e-08 ok(1e-3) 0/20 ok(1e-6) 0/20 median - beyond 10x est 0 max e/est -
-             queries/4Hd^2 - longest None 10.2 s/model raised: IllConditionedError 20
-             (19 at the anchored coarse pass of one of groups 1-4 after 2 redraws, 14 in group 1: no
+             queries/4Hd^2 - longest None 15.2 s/model raised: IllConditionedError 20
+             (18 at the anchored coarse pass of one of groups 1-4 after 2 redraws, 11 in group 1: no
              stretched candidate resolves its steps, the best one's closest two at most 1.6 sd
-             apart; 1 with no configuration of group 2 fitted within the noise); the Cramer-Rao
-             floor allows 4e-7 (chapter 5b). Before (code 9934694, the anchor judged by the
-             candidate's predicted positions): 0/20, 19 in group 1 and 1 in group 3
+             apart; 1 with no configuration of group 2 fitted within the noise, 1 with a head's
+             positions in group 1 not linear in q); the Cramer-Rao floor allows 4e-7 (chapter 5b).
+             Before (code 9934694, the anchor judged by the candidate's predicted positions):
+             0/20, 19 in group 1 and 1 in group 3
     --row 4,32,1e-16,20 (benchmarks/results/noise_design_H4_d32_f64.json; re-run 2026-12-06 on code
     9934694, --workers 1 beside other runs; before it the largest error/estimate was 1.44: the held-out
     answers raised two estimates, T/m 6.9 and 3.8):
