@@ -379,7 +379,11 @@ class LongTolerances:
         :math:`H=4`, :math:`L=64`, eight layers), the gap over the two positions' own standard
         deviations (their correlation left out, the :math:`\chi^2` unscaled): the 12 fits with a
         step more than 0.1 nat off resolved their closest pair at 3.1 or less, the 91 within
-        0.05 nat at 4.7 or more.
+        0.05 nat at 4.7 or more. Re-measured with :func:`~.long.fit.resolution` itself (368
+        stretched fits, 16 layers) the separation is not as clean: 9 fits more than 0.1 nat off
+        scored 4 or more (7 of them within 0.25 nat, where the nearest step still labels; two
+        0.8 and 2.1 nats off, their fate downstream not traced), and at least 15 of the 275
+        within 0.05 nat scored below 4 (the next candidate is then stretched).
     nudge : float
         Nudged configurations :math:`q_0+\eta w`: :math:`\eta` moves the steps by about 0.15
         of the anchor's smallest gap (root mean square), so that the nearest anchor step labels
