@@ -402,8 +402,9 @@ def _bare_context(d):
 def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, fail):
     """draw_groups: the u_k are scale times the rows of an orthogonal matrix (U^-1 amplifies the
     groups' errors least); a redrawn group takes a new direction orthogonal to the groups before
-    it (the last group, with no orthogonal direction left, a random one). ``fail`` maps a group
-    to the number of its attempts that raise."""
+    it (the last group, with no orthogonal direction left, its own tilted by ``tol.last_tilt``
+    into the span of the others, which bounds the amplification). ``fail`` maps a group to the
+    number of its attempts that raise."""
     ctx = _bare_context(d)
     tried, accepted, attempts = [], [], {}
 
@@ -421,7 +422,7 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
     assert [g["k"] for g in groups] == list(range(d))
     assert redrawn == [f"group({k + 1})" for k in sorted(fail) for _ in range(fail[k])]
     assert np.allclose(np.linalg.norm(U, axis=1), 2.0, rtol=1e-12)
-    last = d - 1 in fail and d > 1  # the last group redrawn: a random direction
+    last = d - 1 in fail and d > 1  # the last group redrawn: tilted into the others' span
     inner = U[:-1] if last else U
     assert np.allclose(inner @ inner.T, 4.0 * np.eye(len(inner)), atol=1e-12)
     assert len(tried) == d + sum(fail.values())
@@ -431,7 +432,12 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
     if not last:
         assert np.isclose(np.linalg.cond(U), 1.0)
     else:
-        assert np.linalg.cond(U) < 1e3 and not np.allclose(U[-1] @ U[:-1].T, 0.0)
+        inner = U[:-1] / 2.0
+        across = U[-1] / 2.0 - (U[-1] / 2.0 @ inner.T) @ inner  # its part orthogonal to the others
+        assert np.isclose(np.linalg.norm(across), np.cos(ctx.tol.last_tilt), rtol=1e-12)
+        assert not np.allclose(U[-1] @ U[:-1].T, 0.0)
+        # the amplification factor ||U^-1||_F s / sqrt(d) of draw_groups' Notes, at 45 degrees
+        assert np.isclose(np.linalg.norm(np.linalg.inv(U)) * 2.0 / np.sqrt(d), np.sqrt((d + 2) / d), rtol=1e-10)
 
 
 def test_groups_redraws_exhausted_raise(monkeypatch):

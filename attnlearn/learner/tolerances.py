@@ -320,6 +320,11 @@ class LongTolerances:
         A degenerate group (a vanishing :math:`\gamma_h=-u^\top v_h` or coinciding heads), or
         one whose joint fit stays above ``trim_above`` times its noise, is drawn again with a
         new :math:`u` at most twice.
+    last_tilt : float
+        The last group, drawn again, has no orthogonal direction left: its new :math:`u` is its
+        own tilted by 45° (:math:`\pi/4`) into the span of the groups before, so that
+        :math:`\|U^{-1}\|_F` grows by the factor :math:`\sqrt{(d+2)/d}`
+        (:func:`~attnlearn.learner.long.run.draw_groups`).
     link_configs : int
         Configurations per link (3): three curves of :math:`2\log(L-1)` nats each.
     link_margin : float
@@ -450,6 +455,7 @@ class LongTolerances:
     reprobe_rounds: int = 3
     groups_factor: int = 2
     group_redraws: int = 2
+    last_tilt: float = np.pi / 4
     link_configs: int = 3
     link_margin: float = 4.0
     chi2_factor: float = 3.0

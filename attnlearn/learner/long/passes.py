@@ -60,6 +60,13 @@ def _unit(rng, d):
     return v / np.linalg.norm(v)
 
 
+def _orthonormal(rng, d):
+    """A random orthogonal matrix (Haar: the Q of a Gaussian matrix, column signs fixed by R, so
+    that it does not depend on the sign convention of the LAPACK in use)."""
+    Q, R = np.linalg.qr(rng.normal(size=(d, d)))
+    return Q * np.where(np.diag(R) < 0, -1.0, 1.0)
+
+
 def coarse_pass(ctx, u, scale, *, rng, dim=None):
     r"""The first pass of one group, anchored: labels by continuity, not by clustering heights.
 
@@ -95,7 +102,7 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
     move = min(tol.nudge * gap, tol.nudge_max)
     eta = move * np.linalg.norm(q0) / rms
     m = tol.per_group(d if dim is None else dim)
-    Wd = np.vstack([np.linalg.qr(rng.normal(size=(d, d)))[0].T for _ in range(-(-m // d))])[:m]
+    Wd = np.vstack([_orthonormal(rng, d).T for _ in range(-(-m // d))])[:m]
     Q, Fs, sds, ends, singles, perms = [q0], [F0], [sd0], [e0], [single0], [np.arange(H)]
     for w in Wd:
         q = q0 + eta * w

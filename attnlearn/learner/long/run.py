@@ -17,7 +17,7 @@ from ..nodes import ratio_grid
 from ..results import Diagnostics
 from ..tolerances import LongTolerances
 from .ask import Context, ask_V
-from .passes import _fit_group_checked, _repair, _trim, _unit, coarse_pass, placed_pass, probe_scale, random_pass
+from .passes import _fit_group_checked, _orthonormal, _repair, _trim, coarse_pass, placed_pass, probe_scale, random_pass
 from .rank import RowSpans, regress_in_spans
 from .solve import AnswerSpread, check_V, estimate_error, link_group, link_groups, regress_y, solve_heads
 
@@ -66,18 +66,12 @@ def _passes(ctx, u, scale, rng, spans):
             "used": int(used.sum()), "configs": len(Q), "perm": perm, "margin": margin}
 
 
-def _orthonormal(rng, d):
-    """A random orthogonal matrix (Haar: the Q of a Gaussian matrix, column signs fixed by R)."""
-    Q, R = np.linalg.qr(rng.normal(size=(d, d)))
-    return Q * np.where(np.diag(R) < 0, -1.0, 1.0)
-
-
 def draw_groups(ctx, scale, *, rng):
     r"""The :math:`d` groups, their :math:`u_k` the rows of ``scale`` times a random orthogonal
     matrix; a group whose fits are degenerate (a head whose :math:`\gamma_h=-u_k^\top v_h`
     vanishes, two coinciding heads) or stay far above the noise (:func:`_group`) is drawn again
     with a new :math:`u_k`, a random direction
-    orthogonal to the groups before it (for the last group, a random direction), at most
+    orthogonal to the groups before it (for the last group, :func:`_tilt`), at most
     ``tol.group_redraws`` times (its queries are reported as ``queries["redraws"]``). Returns ``(U, groups, redrawn, redraw_queries)``.
 
     Raises
@@ -102,12 +96,12 @@ def draw_groups(ctx, scale, *, rng):
     1.1e-5 (against 17/20, 8.8e-5); two heads 19/20, median 4.1e-5 (against 17/20, 2.9e-4;
     those runs are not archived).
 
-    A known gap: the last group, when it must be drawn again, has no orthogonal direction
-    left and takes a random one, whose factor is heavy-tailed again (it is
-    :math:`\sqrt{(d-1+1/a^2)/d}`, :math:`a` the new direction's component orthogonal to the
-    earlier rows).
-    A direction tilted at a fixed angle into the span of the earlier rows would bound it;
-    not done, since it would change the committed benchmark runs that redrew a last group.
+    The last group, when it must be drawn again, has no orthogonal direction left. A random
+    direction would make the factor heavy-tailed again: it is :math:`\sqrt{(d-2+2/a^2)/d}`,
+    :math:`a` the new direction's component orthogonal to the earlier rows (:math:`U^{-1}` is
+    block triangular in a basis of those rows, its last row of squared norm
+    :math:`(1+(1-a^2))/a^2`). :func:`_tilt` fixes :math:`a=\cos` ``tol.last_tilt``, so the factor
+    stays :math:`\sqrt{(d+2)/d}` at 45°.
     """
     U, groups, redrawn, spent = [], [], [], 0
     O = _orthonormal(rng, ctx.d)
@@ -122,7 +116,7 @@ def draw_groups(ctx, scale, *, rng):
 def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditionedError):
     r"""Group ``k`` of :func:`draw_groups` and :func:`draw_groups_ranked`: ``attempt(u)`` at
     :math:`u=` ``O[k] * scale``; on a ``retry`` error the direction is drawn again (orthogonal to
-    the groups before; for the last group a random one), at most ``tol.group_redraws`` times, the
+    the groups before; for the last group :func:`_tilt`), at most ``tol.group_redraws`` times, the
     group's name appended to ``redrawn``. Returns ``(u, attempt's result, queries spent on the
     failed attempts)``.
 
@@ -130,13 +124,13 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
     ------
     IllConditionedError (or the ``retry`` error met)
         Still failing after the redraws."""
-    spent = 0
+    spent, first = 0, O[k].copy()
     for a in range(ctx.tol.group_redraws + 1):
         before, retried = ctx.ask.queries, ctx.retried
         if a and k < ctx.d - 1:  # a new direction orthogonal to the groups before
             O[k:] = _orthonormal(rng, ctx.d - k) @ O[k:]
         elif a:  # the last group: no other orthogonal direction is left
-            O[k] = _unit(rng, ctx.d)
+            O[k] = _tilt(first, O[:k], ctx.tol.last_tilt, rng=rng)
         u = O[k] * scale
         try:
             return u, attempt(u), spent
@@ -146,6 +140,17 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
             redrawn.append(f"group({k + 1})")
             if a == ctx.tol.group_redraws:
                 raise type(exc)(f"group {k + 1}, after {a} redraws: {exc}") from None
+
+
+def _tilt(e, before, angle, *, rng):
+    r"""The last group's redrawn direction: its own unit direction ``e`` (orthogonal to the
+    rows ``before``) tilted by ``angle`` towards a random unit direction in their span, so that
+    its component orthogonal to them is :math:`\cos` ``angle`` (:func:`draw_groups`'s Notes). With
+    no rows before (:math:`d=1`), the other sign of ``e``."""
+    if not len(before):
+        return -e
+    w = rng.normal(size=len(before)) @ before
+    return np.cos(angle) * e + np.sin(angle) * w / np.linalg.norm(w)
 
 
 def draw_groups_ranked(ctx, scale, *, rng, limit):
