@@ -172,8 +172,13 @@ def resolution(z, sd, ends, c, g, chi2):
     root = (Vt.T / sv)[1:H + 1] / n[1:H + 1, None]  # the positions' rows of the covariance's factor
     order = np.argsort(c)
     gap_sd = np.linalg.norm(np.diff(root[order], axis=0), axis=1)
-    dof = max(len(z) + 2 - (2 * H + 1), 1)
-    return float(np.min(np.diff(c[order]) / gap_sd) / np.sqrt(max(1.0, chi2 / dof)))
+    return float(np.min(np.diff(c[order]) / gap_sd) / np.sqrt(max(1.0, chi2 / config_dof(len(z), H))))
+
+
+def config_dof(R, H):
+    """Degrees of freedom of one configuration's fit: ``R`` ratios and the two ends, less the
+    :math:`2H+1` parameters (at least 1)."""
+    return max(R + 2 - (2 * H + 1), 1)
 
 
 # ---------------------------------------------------------------- fitting a group jointly

@@ -10,7 +10,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ...errors import IllConditionedError
-from .fit import GroupFit, _joint_positions, _label_to_reference, _positions_only, fit_config, fit_group, resolution
+from .fit import (GroupFit, _joint_positions, _label_to_reference, _positions_only, config_dof, fit_config, fit_group,
+                  resolution)
 
 __all__ = ["probe_scale", "coarse_pass", "random_pass", "placed_pass"]
 
@@ -312,8 +313,8 @@ def random_pass(ctx, u, scale, *, rng, dim=None):
 
 
 def _dof(ctx, H):
-    """Degrees of freedom of one configuration's fit (ratios + 2 ends - 2H - 1 parameters)."""
-    return max(len(ctx.z) + 2 - (2 * H + 1), 1)
+    """Degrees of freedom of one configuration's fit (:func:`~.fit.config_dof`)."""
+    return config_dof(len(ctx.z), H)
 
 
 def _repair(ctx, F, sd, ends, fit):
