@@ -109,6 +109,7 @@ MODES = {"default": {}, "search": {"scale": "search"}, "robust": {"robust": True
          "robust+search, 16 redraw rounds": {"robust": True, "scale": "search", "redraw_rounds": 16},
          "robust, max_length=4096": {"robust": True, "max_length": 4096},
          "long, L=64": {"design": "long", "max_length": 64},
+         "long, L=128": {"design": "long", "max_length": 128},
          "long, L=4096": {"design": "long", "max_length": 4096},
          "extract": {}}
 
