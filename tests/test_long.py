@@ -440,6 +440,40 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
         assert np.isclose(np.linalg.norm(np.linalg.inv(U)) * 2.0 / np.sqrt(d), np.sqrt((d + 2) / d), rtol=1e-10)
 
 
+@pytest.mark.parametrize("d", [1, 2, 7])
+def test_orthonormal_fixes_the_signs_lapack_leaves_open(d):
+    """_orthonormal (the groups' directions and coarse_pass's nudge bases): the Q of the QR of the
+    Gaussian matrix drawn with every column's sign fixed so that R has a positive diagonal, the
+    one factorisation whatever sign convention the LAPACK in use chooses: Q^T A is upper
+    triangular with positive diagonal, and the same draw gives the same matrix."""
+    A = np.random.default_rng(d).normal(size=(d, d))
+    Q = long_passes._orthonormal(np.random.default_rng(d), d)
+    R = Q.T @ A
+    assert np.allclose(Q.T @ Q, np.eye(d), atol=1e-13)
+    assert np.allclose(np.tril(R, -1), 0.0, atol=1e-12) and np.all(np.diag(R) > 0)
+    flipped = Q * np.where(np.arange(d) % 2, -1.0, 1.0)  # another convention's Q: not what is returned
+    assert d == 1 or not np.allclose(flipped, Q)
+    assert np.array_equal(Q, long_passes._orthonormal(np.random.default_rng(d), d))
+
+
+def test_coarse_pass_nudges_along_orthonormal_bases(monkeypatch):
+    """coarse_pass's nudged configurations move q0 along the rows of _orthonormal's matrices (two
+    per group at m = 2d), not along a bare np.linalg.qr's."""
+    d, H = 4, 3
+    real, drawn = long_passes._orthonormal, []
+
+    def spy(rng, n):
+        drawn.append(n)
+        return real(rng, n)
+
+    monkeypatch.setattr(long_passes, "_orthonormal", spy)
+    monkeypatch.setattr(long_run, "_orthonormal", spy)
+    rec = learn(Oracle(random_model(H, d, seed=2)), d, heads=H, design="long", max_length=256, seed=0)
+    assert rec.diagnostics.redrawn == []  # (a redrawn group draws its directions again)
+    per_group = -(-LongTolerances().per_group(d) // d)  # bases per coarse pass
+    assert drawn.count(d) == 1 + d * per_group  # draw_groups' directions, then each coarse pass's
+
+
 def test_groups_redraws_exhausted_raise(monkeypatch):
     """A group that stays degenerate after ``group_redraws`` new directions raises, naming it."""
     ctx = _bare_context(3)
