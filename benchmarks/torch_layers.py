@@ -46,14 +46,19 @@ target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (ove
 ``Diagnostics.holdout_chi2``; None from the paper's design), a raise's
 ``message``); chapter 7 loads ``benchmarks/results/torch_*.json``.
 
-Measured (re-run 2026-12-06 on code 92ca33d, this machine, ``--dtype float32 --heads H --modes "long,
+Measured (re-run 2026-12-06 on code f56eefa, this machine, ``--dtype float32 --heads H --modes "long,
 L=64" --json benchmarks/results/torch_float32_long_hH.json``, one row per run; the long design's
 groups on orthogonal directions, ``attnlearn.learner.long.run.draw_groups``; its stretched anchor
 kept when its own fit resolves its steps, else the next candidate): H = 1 20/20 to 1e-3 (median
 1.1e-5, 18552 queries per layer, 2 s each), H = 2 19/20 (median 3.5e-5, 23654, 3 s), 0 raised, 0
-silent; H = 4 15/20 (all 20 returned, median 6.6e-4, 33214 queries, 12 s; largest error/estimate
-0.69; on 3f32b5f, before the anchors' chi2 ceiling: 14/20, 19 returned); H = 8 0/20 (all 20 raised in the first group: no stretched anchor
-candidate resolves eight steps at this noise). Before (code 9934694): H = 2 median 4.1e-5; H = 4
+silent; H = 4 11/20 (all 20 returned, median 8.6e-4, 33676 queries, 15 s; largest error/estimate
+0.81; four more layers between 1.0e-3 and 1.1e-3: the row sits on its target, and its count moves
+with the random draws: on code 92ca33d, whose nudge directions differed only in their signs, 15/20,
+median 6.6e-4); H = 8 0/20 (all 20 raised in the first group: no stretched anchor candidate
+resolves eight steps at this noise). ``--heads 4 --modes "long, L=128" --json
+benchmarks/results/torch_float32_long_h4_L128.json`` (the same design at twice the length, its
+noise ratio_noise(128), about twice ratio_noise(64)): 6/20, median 2.4e-3, 0 raised, 0 silent.
+Before (code 9934694): H = 2 median 4.1e-5; H = 4
 5/20 (8 returned, 12 raised, 11 at the anchored coarse pass, which then judged the stretched anchor
 by the candidate's predicted positions; at commit 2309a43, before the orthogonal directions, _trim
 and rounding 1/2: 1/20). At 9934694 the held-out answers raised 4 of the 20 one-head estimates and
