@@ -28,24 +28,29 @@ Measured (2026-12-03, this machine: 2 shared cores, AMD EPYC, under nice -n 15; 
 random for H = 1, 2; the groups' u_k the rows of a random orthogonal matrix (draw_groups); _trim;
 LongTolerances.rounding = 1/2):
 
-    --row 1,64,6e-8,5 (benchmarks/results/noise_design_H1_d64.json):
+    --row 1,64,6e-8,5 (benchmarks/results/noise_design_H1_d64.json; re-run 2026-12-06 on code
+    f56eefa, --workers 1 beside other runs, as the next two):
     H=1 d=64 eps=6e-08 ok(1e-3) 5/5 ok(1e-6) 5/5 median 1.7e-07 beyond 10x est 0 max e/est 0.41
-             queries/4Hd^2 20.0 longest 4096 206.2 s/model raised: none
+             queries/4Hd^2 20.0 longest 4096 234.0 s/model raised: none
     --row 2,16,6e-8,20 (benchmarks/results/noise_design_H2_d16.json):
-    H=2 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 15/20 median 3.0e-07 beyond 10x est 0 max e/est 0.43
-             queries/4Hd^2 13.0 longest 4096 19.7 s/model raised: none
+    H=2 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 16/20 median 3.3e-07 beyond 10x est 0 max e/est 0.44
+             queries/4Hd^2 12.6 longest 4096 16.6 s/model raised: none
+             (on 2026-12-03's code: 20/20, 15/20 to 1e-6, median 3.0e-7)
     --row 4,16,6e-8,20 (benchmarks/results/noise_design_H4_d16.json):
-    H=4 d=16 eps=6e-08 ok(1e-3) 19/20 ok(1e-6) 4/20 median 3.7e-06 beyond 10x est 0 max e/est 0.56
-             queries/4Hd^2 9.6 longest 4096 46.2 s/model raised: IllConditionedError 1
-    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code 92ca33d,
+    H=4 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 1/20 median 2.7e-06 beyond 10x est 0 max e/est 0.42
+             queries/4Hd^2 9.6 longest 4096 28.8 s/model raised: none
+             (on 2026-12-03's code: 19/20, 4/20 to 1e-6, median 3.7e-6, 1 IllConditionedError)
+    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code f56eefa,
     --workers 1: the stretched anchor kept when its own fit resolves its steps, else the next
     candidate): goal (10/20) NOT met
     H=8 d=16 eps=6e-08 ok(1e-3) 0/20 ok(1e-6) 0/20 median - beyond 10x est 0 max e/est -
-             queries/4Hd^2 - longest None 15.2 s/model raised: IllConditionedError 20
-             (18 at the anchored coarse pass of one of groups 1-4 after 2 redraws, 11 in group 1: no
+             queries/4Hd^2 - longest None 19.5 s/model raised: IllConditionedError 20
+             (18 at the anchored coarse pass of a group after 2 redraws, 15 in group 1: no
              stretched candidate resolves its steps, the best one's closest two at most 1.6 sd
-             apart; 1 with no configuration of group 2 fitted within the noise, 1 with a head's
-             positions in group 1 not linear in q); the Cramer-Rao floor allows 4e-7 (chapter 5b).
+             apart; 2 with a group's joint fit left 1e10 times above its noise after its repairs);
+             the Cramer-Rao floor allows 4e-7 (chapter 5b, which also shows where the information
+             lies: two stretches of one q fitted together, or the heights known).
+             On code 92ca33d: 0/20 too, 18 at the anchor (11 in group 1).
              Before (code 9934694, the anchor judged by the candidate's predicted positions):
              0/20, 19 in group 1 and 1 in group 3
     --row 4,32,1e-16,20 (benchmarks/results/noise_design_H4_d32_f64.json; re-run 2026-12-06 on code

@@ -432,9 +432,9 @@ class LongTolerances:
         ``learn(..., accuracy=...)`` refuses before any query when the information limit
         (:func:`~attnlearn.learner.long.info.information_limit`, an estimated floor with choices in the
         learner's favour) exceeds the accuracy asked 10 times: on the committed rows of
-        ``benchmarks/noise_design.py`` the limit lies 6 times or more below every returned
+        ``benchmarks/noise_design.py`` the limit lies 5 times or more below every returned
         error and 19 times or more below every estimate (chapter 5b), so a refused request
-        lies 60 times or more below every error the learner has reached there and 190 times
+        lies 50 times or more below every error the learner has reached there and 190 times
         below everything it has certified.
     rank_inside, rank_outside : float
         ``rank=``: a full group's :math:`y_{h,k}` within 10 standard deviations of the span of

@@ -186,7 +186,7 @@ def information_limit(d, H, *, L, relative, tol=None, spacings=SPACINGS):
 
     The floor is the larger of the two relative errors. The learner's ``error_estimate`` is
     three times its propagated root-mean-square error; on the committed rows of
-    ``benchmarks/noise_design.py`` every returned error lies 6 times or more above this floor
+    ``benchmarks/noise_design.py`` every returned error lies 5 times or more above this floor
     and every estimate 19 times or more (chapter 5b compares them): the evidence that a refusal
     at 10 times below the floor turns down only requests the learner could not meet.
 
