@@ -66,8 +66,8 @@ LongTolerances.rounding = 1/2):
 The same rows before this code (commit 2309a43: independent random u_k, rounding 1/8, no
 _trim; three changes at once, the controlled comparison of the directions alone is in
 torch_layers.py): H = 1, d = 64 5/5, median 2.2e-6; H = 2, d = 16 20/20, median 1.8e-6;
-H = 4, d = 16 20/20, median 2.0e-5 (now 19/20: one model's group 13 anchor fails after two
-redraws); H = 6, d = 8 float64 20/20, median 5.3e-10. Independent rows raise the design's
+H = 4, d = 16 20/20, median 2.0e-5 (on 2026-12-03's code 19/20: one model's group 13 anchor
+failed after two redraws); H = 6, d = 8 float64 20/20, median 5.3e-10. Independent rows raise the design's
 aggregate error factor ||U^-1||_F s / sqrt(d) to a median of 7.1 and a 90th percentile of 34 at
 d = 16 (chapter 5b). Before _trim and
 rounding 1/2, H = 4, d = 32 float64: 2 models, 1 returned at 5.2e-5 (one group's shared heights

@@ -57,7 +57,9 @@ with the random draws: on code 92ca33d, whose nudge directions differed only in 
 median 6.6e-4); H = 8 0/20 (all 20 raised in the first group: no stretched anchor candidate
 resolves eight steps at this noise). ``--heads 4 --modes "long, L=128" --json
 benchmarks/results/torch_float32_long_h4_L128.json`` (the same design at twice the length, its
-noise ratio_noise(128), about twice ratio_noise(64)): 6/20, median 2.4e-3, 0 raised, 0 silent.
+noise ratio_noise(128), about twice ratio_noise(64)): 6/20, median 2.4e-3, 0 raised, 0 silent,
+but one layer's error 1.08 times its estimate (within the 10 times that count as silent; at
+L = 64 none above 0.81).
 Before (code 9934694): H = 2 median 4.1e-5; H = 4
 5/20 (8 returned, 12 raised, 11 at the anchored coarse pass, which then judged the stretched anchor
 by the candidate's predicted positions; at commit 2309a43, before the orthogonal directions, _trim

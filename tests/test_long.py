@@ -398,7 +398,7 @@ def _bare_context(d):
     return ctx
 
 
-@pytest.mark.parametrize("d, fail", [(5, {}), (5, {1: 1, 3: 2}), (1, {0: 1}), (4, {3: 1})])
+@pytest.mark.parametrize("d, fail", [(5, {}), (5, {1: 1, 3: 2}), (1, {0: 1}), (4, {3: 1}), (4, {3: 2})])
 def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, fail):
     """draw_groups: the u_k are scale times the rows of an orthogonal matrix (U^-1 amplifies the
     groups' errors least); a redrawn group takes a new direction orthogonal to the groups before
@@ -429,6 +429,8 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
     if d > 1:  # every redraw a new direction (d = 1 has only one, up to its sign)
         rejected = [u for u in tried if not any(np.array_equal(u, w) for w in U)]
         assert len(rejected) == sum(fail.values())
+    if d == 1 and fail:  # the only other direction: the first one's other sign
+        assert np.array_equal(U[0], -tried[0])
     if not last:
         assert np.isclose(np.linalg.cond(U), 1.0)
     else:
@@ -451,27 +453,37 @@ def test_orthonormal_fixes_the_signs_lapack_leaves_open(d):
     R = Q.T @ A
     assert np.allclose(Q.T @ Q, np.eye(d), atol=1e-13)
     assert np.allclose(np.tril(R, -1), 0.0, atol=1e-12) and np.all(np.diag(R) > 0)
-    flipped = Q * np.where(np.arange(d) % 2, -1.0, 1.0)  # another convention's Q: not what is returned
-    assert d == 1 or not np.allclose(flipped, Q)
     assert np.array_equal(Q, long_passes._orthonormal(np.random.default_rng(d), d))
 
 
 def test_coarse_pass_nudges_along_orthonormal_bases(monkeypatch):
-    """coarse_pass's nudged configurations move q0 along the rows of _orthonormal's matrices (two
-    per group at m = 2d), not along a bare np.linalg.qr's."""
+    """coarse_pass's nudged configurations move q0 along the rows of _orthonormal's matrices
+    (transposed: their columns), one matrix per d nudges, not along a bare np.linalg.qr's."""
     d, H = 4, 3
-    real, drawn = long_passes._orthonormal, []
+    real_basis, real_pass = long_passes._orthonormal, long_passes.coarse_pass
+    drawn, passes = [], []
 
     def spy(rng, n):
-        drawn.append(n)
-        return real(rng, n)
+        drawn.append(real_basis(rng, n))
+        return drawn[-1]
+
+    def coarse(*args, **kw):
+        start = len(drawn)
+        out = real_pass(*args, **kw)
+        passes.append((drawn[start:], out[0]))
+        return out
 
     monkeypatch.setattr(long_passes, "_orthonormal", spy)
-    monkeypatch.setattr(long_run, "_orthonormal", spy)
+    monkeypatch.setattr(long_run, "coarse_pass", coarse)
     rec = learn(Oracle(random_model(H, d, seed=2)), d, heads=H, design="long", max_length=256, seed=0)
-    assert rec.diagnostics.redrawn == []  # (a redrawn group draws its directions again)
-    per_group = -(-LongTolerances().per_group(d) // d)  # bases per coarse pass
-    assert drawn.count(d) == 1 + d * per_group  # draw_groups' directions, then each coarse pass's
+    m = LongTolerances().per_group(d)
+    assert len(passes) == d + len(rec.diagnostics.redrawn)
+    for bases, Q in passes:
+        assert len(bases) == -(-m // d)
+        W = np.vstack([B.T for B in bases])[:m]
+        steps = Q[1:m + 1] - Q[0]  # q0 + eta w_j, j = 1..m
+        eta = np.linalg.norm(steps, axis=1)
+        assert np.allclose(steps / eta[:, None], W, atol=1e-10) and np.allclose(eta, eta[0])
 
 
 def test_groups_redraws_exhausted_raise(monkeypatch):

@@ -146,7 +146,8 @@ def _tilt(e, before, angle, *, rng):
     r"""The last group's redrawn direction: its own unit direction ``e`` (orthogonal to the
     rows ``before``) tilted by ``angle`` towards a random unit direction in their span, so that
     its component orthogonal to them is :math:`\cos` ``angle`` (:func:`draw_groups`'s Notes). With
-    no rows before (:math:`d=1`), the other sign of ``e``."""
+    no rows before (:math:`d=1`), the other sign of ``e``: the only other direction, so every
+    redraw of a one-dimensional group asks the same one."""
     if not len(before):
         return -e
     w = rng.normal(size=len(before)) @ before
