@@ -97,6 +97,22 @@ Every rank was certified at p. The d = 64 layer at 5.2e-6 (seed 18) has an estim
 were drawn again in 6, 7 and 20 of the layers (an origin not fitted, a regression just above its chi2
 limit, a reduced group with one mislabelled configuration), at most 6.2 % of a layer's queries.
 
+Eight heads, in the same file:
+
+    python benchmarks/scale.py --d 16 --heads 8 --models 20 --rank                 # code 92ca33d
+    python benchmarks/scale.py --d 64 --heads 8 --models 1 --rank --length 128     # code 574b5f5
+    python benchmarks/scale.py --d 128 --heads 8 --models 3 --rank --length 128 --timeout 3600
+
+d = 16 (p = 2, 512 tokens): 20/20 returned, 18 to 1e-6, largest error/estimate 0.39, median 18.5 s
+of CPU (learner 16.6). d = 64 (p = 8, 128 tokens): 1/1, error 1.7e-9 (estimate 8.5e-9), 212,017
+queries, 233 s of CPU (learner 199, oracle 33). d = 128 (p = 16, 128 tokens): seed 0 returned, error
+3.2e-10 (estimate 2.4e-9), 753,961 queries (683,009 of the design), 1144 s of CPU (learner 896,
+oracle 248); seed 1 raised IllConditionedError in group 12 after two redraws (a singular information
+matrix: two heads not told apart there), 333,009 queries, 488 s. At 128 tokens the learner's own
+fits cost more than the oracle's answers (at 512 tokens and d = 128 the oracle alone would take about
+35 minutes a layer); nearly all of the learner's time is ``fit_config``'s Levenberg-Marquardt
+scouting (cProfile, d = 32, H = 8: 56 of 68 s, about six starts per configuration fit).
+
 """
 
 import argparse
