@@ -108,7 +108,8 @@ of CPU (learner 16.6). d = 64 (p = 8, 128 tokens): 1/1, error 1.7e-9 (estimate 8
 queries, 233 s of CPU (learner 199, oracle 33). d = 128 (p = 16, 128 tokens): seed 0 returned, error
 3.2e-10 (estimate 2.4e-9), 753,961 queries (683,009 of the design), 1144 s of CPU (learner 896,
 oracle 248); seed 1 raised IllConditionedError in group 12 after two redraws (a singular information
-matrix: two heads not told apart there), 333,009 queries, 488 s. At 128 tokens the learner's own
+matrix: two heads not told apart there), 333,009 queries, 488 s; seed 2 returned, error 3.5e-10
+(estimate 2.7e-9), 864,241 queries, 1377 s (learner 1095, oracle 282). At 128 tokens the learner's own
 fits cost more than the oracle's answers (at 512 tokens and d = 128 the oracle alone would take about
 35 minutes a layer); nearly all of the learner's time is ``fit_config``'s Levenberg-Marquardt
 scouting (cProfile, d = 32, H = 8: 56 of 68 s, about six starts per configuration fit).
