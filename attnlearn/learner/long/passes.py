@@ -109,7 +109,7 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
         q = q0 + eta * w
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        single = fit_config(ctx.z, F, sd, H, ends=e, c0=c_anchor,
+        single = fit_config(ctx.z, F, sd, H, ends=e, c0=c_anchor, g0=single0[2],
                             chi2_ok=chi2_ok, rng=rng)
         rows, cols = linear_sum_assignment(np.abs(single[1][:, None] - c_anchor[None, :]))
         p = np.empty(H, int)
@@ -213,9 +213,9 @@ def _stretch(ctx, u, q, c, g, fitted, origin_answers, *, rng):
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
     e = ctx.ends(u, q0)
-    pred = np.sort(alpha * (c - origin) + origin) if ctx.family.affine else alpha * c
-    single = fit_config(ctx.z, F, sd, H, ends=e, c0=pred, chi2_ok=chi2_ok,
-                        rng=rng)
+    pred = alpha * (c - origin) + origin if ctx.family.affine else alpha * c
+    order = np.argsort(pred)  # the candidate's heads, their heights with them
+    single = fit_config(ctx.z, F, sd, H, ends=e, c0=pred[order], g0=g[order], chi2_ok=chi2_ok, rng=rng)
     # a fit far above its noise (a wrong local minimum) resolves nothing, however far apart its steps
     apart = resolution(ctx.z, sd, e, single[1], single[2], single[3]) if single[3] <= tol.trim_above * _dof(ctx, H) else 0.0
     reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.family.affine else np.sqrt(np.mean(single[1] ** 2))
