@@ -46,6 +46,13 @@ def _aaa_start(z, G, H):
     return c
 
 
+def _linear_g(z, G, sd, c):
+    """Heights (and the constant) by weighted linear least squares, positions fixed."""
+    A = np.column_stack([np.ones_like(z), expit(c[None, :] - z[:, None])]) / sd[:, None]
+    sol = np.linalg.lstsq(A, G / sd, rcond=None)[0]
+    return sol[0], sol[1:]
+
+
 #: Random starts :func:`fit_config` tries after AAA's when the first fit is a local minimum.
 RANDOM_STARTS = 4
 
@@ -94,64 +101,6 @@ def _scout(run, starts, limit, carry):
     return run(best[0], carry)  # the best start carried to convergence
 
 
-def _separable(z, F, sd, ends):
-    r"""One configuration's fit as a separable least-squares problem (variable projection): for
-    positions :math:`c` the constant and heights :math:`(C,\gamma)` enter linearly, the ratios'
-    rows and the two ends' as :math:`A(c)\beta\approx y`, and are solved for at every evaluation;
-    the residual left, with the prior's rows :math:`c_h/\mathrm{PRIOR}`, is a function of
-    :math:`c` alone. Returns ``(res, jac, linear)``: the residuals and their Jacobian in
-    :math:`c` (Golub and Pereyra's, both terms), and ``linear(c)`` = :math:`(C,\gamma)`.
-
-    Notes
-    -----
-    With :math:`A=U\Sigma V^\top` (the directions below ``eps`` times the largest singular value
-    dropped: two coinciding steps), :math:`\beta=A^+y`, :math:`r=y-A\beta`, and column
-    :math:`h+1` of :math:`A` alone depends on :math:`c_h`, through
-    :math:`\partial A_{i,h+1}/\partial c_h=\sigma'(c_h-z_i)/\mathrm{sd}_i`. The Jacobian of
-    :math:`A\beta-y` in :math:`c_h` is :math:`(I-UU^\top)\,\partial_hA\,\beta+(A^+)^\top(\partial_hA)^\top r`
-    (Golub and Pereyra 1973, eq. 4.6). The :math:`\chi^2` is that of the full problem at its
-    optimum in :math:`(C,\gamma)`, so both have the same minima."""
-    Vq, Vq_sd, Vx, Vx_sd = ends
-    R = len(z)
-    y = np.concatenate([F / sd, [Vq / Vq_sd, Vx / Vx_sd]])
-    memo = {}
-
-    def solve(c):
-        key = c.tobytes()
-        if key not in memo:
-            s = expit(c[None, :] - z[:, None])
-            A = np.zeros((R + 2, len(c) + 1))
-            A[:R, 0], A[:R, 1:] = 1 / sd, s / sd[:, None]
-            A[R, 0], A[R + 1, :] = 1 / Vq_sd, 1 / Vx_sd
-            dA = np.zeros((R + 2, len(c)))
-            dA[:R] = s * (1 - s) / sd[:, None]
-            U, sv, Vt = np.linalg.svd(A, full_matrices=False)
-            keep = sv > np.finfo(float).eps * len(y) * sv[0]
-            U, sv, Vt = U[:, keep], sv[keep], Vt[keep]
-            beta = Vt.T @ ((U.T @ y) / sv)
-            memo.clear()
-            memo[key] = (A, dA, U, sv, Vt, beta, y - A @ beta)
-        return memo[key]
-
-    def res(c):
-        return np.concatenate([-solve(c)[-1], c / PRIOR])
-
-    def jac(c):
-        A, dA, U, sv, Vt, beta, r = solve(c)
-        Jd = dA * beta[1:]
-        Jd = Jd - U @ (U.T @ Jd)
-        M = np.zeros((len(beta), len(c)))
-        M[1 + np.arange(len(c)), np.arange(len(c))] = dA.T @ r
-        Jd = Jd + U @ ((Vt @ M) / sv[:, None])
-        return np.vstack([Jd, np.eye(len(c)) / PRIOR])
-
-    def linear(c):
-        beta = solve(c)[-2]
-        return beta[0], beta[1:]
-
-    return res, jac, linear
-
-
 def _under_heights(z, F, sd, ends, g, c0):
     """Positions ``c0`` moved to fit the answers with the heights ``g`` held (and the constant
     free): :data:`SCOUT_EVALUATIONS` per parameter of Levenberg–Marquardt, a start for
@@ -177,53 +126,61 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
     prior :math:`c_h\sim\mathcal N(0,\mathrm{PRIOR}^2)` (a step beyond the window is
     then held instead of running off; in the window the data outweigh it by many decades).
 
-    The constant and the heights enter linearly and are solved for at every step
-    (:func:`_separable`); Levenberg–Marquardt (:func:`scipy.optimize.least_squares`,
-    ``method="lm"``) moves the :math:`H` positions alone. Starts from AAA (or ``c0``; with heights
-    ``g0`` known, such as a group's anchor's, first from ``c0`` moved to fit the answers under
-    those heights, :func:`_under_heights`, then from ``c0`` itself). When the
-    :math:`\chi^2` exceeds ``chi2_ok`` (a local minimum), more starts are tried: the
-    :math:`H`-subsets of AAA's :math:`H+1` poles, and :data:`RANDOM_STARTS` random sorted
+    Starts from AAA (or ``c0``; with heights ``g0`` known, such as a group's anchor's, first
+    from ``c0`` moved to fit the answers under those heights, :func:`_under_heights`, then from
+    ``c0`` itself), then Levenberg–Marquardt (:func:`scipy.optimize.least_squares`,
+    ``method="lm"``). When the :math:`\chi^2` exceeds ``chi2_ok`` (a local minimum), more starts
+    are tried: the :math:`H`-subsets of AAA's :math:`H+1` poles, and :data:`RANDOM_STARTS` random sorted
     positions in the middle of the window (from ``rng``). Every start runs
-    :data:`SCOUT_EVALUATIONS` per position, until one is within ``chi2_ok``; the best is then
+    :data:`SCOUT_EVALUATIONS` per parameter, until one is within ``chi2_ok``; the best is then
     carried on to convergence (:data:`EVALUATIONS`). Returns ``(C, c, g, chi2)`` with heads sorted
     by ``c``.
 
     Notes
     -----
-    Levenberg–Marquardt on all :math:`2H+1` parameters crawls where two steps are close: their
-    heights and positions trade off along a curved valley. Measured on a float64 layer
-    (:math:`d=32`, :math:`H=8`, ``rank=4``, 128 tokens), 365 nudged configurations started at
-    their anchor's positions, 0.1 nats off: 13 of 120 within ``chi2_ok`` after 170 evaluations,
-    and the learner's time 82 % in these fits. With the heights projected out, 119 of 352 within
-    80 evaluations: the rest fall into a close pair's "derivative" minimum, the two steps merged
-    with heights of a thousand and opposite signs. Moved under the anchor's heights first, which
-    forbid that minimum, 260 of 352, in a median of 16 evaluations.
+    A nudged configuration's steps lie about a tenth of a nat from its anchor's, yet from the
+    anchor's positions (heights fitted linearly) the fit often falls into a close pair's
+    *derivative* minimum: the two steps merged, their heights huge and opposite. The anchor's
+    heights forbid it. Measured on a float64 layer (:math:`d=32`, :math:`H=8`, ``rank=4``, 128
+    tokens), 352 nudged configurations: within ``chi2_ok`` after 170 evaluations, 13 of 120 from
+    the anchor's positions, 248 of 352 from them moved under the anchor's heights (median 15
+    evaluations); the learner's CPU time fell from 90 s to 50 s.
 
     Used in: chapter 5b.
     """
-    res, jac, linear = _separable(z, F, sd, ends)
+    Vq, Vq_sd, Vx, Vx_sd = ends
+
+    def res(p):
+        return step_residuals(z, F, sd, p[0], p[1:H + 1], p[H + 1:], (Vq, Vq_sd, Vx, Vx_sd), prior=PRIOR)
+
+    def jac(p):
+        return step_jacobian(z, sd, p[1:H + 1], p[H + 1:], ends_sd=(Vq_sd, Vx_sd), prior=PRIOR)
 
     def run(x0, evaluations):
         with np.errstate(over="ignore"):  # a start far off may overflow its cost: not reported, never kept
             sol = least_squares(res, x0, jac=jac, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15,
-                                max_nfev=evaluations * H)
+                                max_nfev=evaluations * (2 * H + 1))
         return sol.x, float(2 * sol.cost)
+
+    def start(c):
+        C, g = _linear_g(z, F, sd, c)
+        return np.concatenate([[C], c, g])
 
     def starts():
         if c0 is not None and g0 is not None:
             yield _under_heights(z, F, sd, ends, np.asarray(g0, dtype=float), np.asarray(c0, dtype=float))
-        yield _aaa_start(z, F - ends[0], H) if c0 is None else np.asarray(c0, dtype=float)
+        yield _aaa_start(z, F - Vq, H) if c0 is None else np.asarray(c0, dtype=float)
         if chi2_ok is None:
             return
-        yield from (np.sort(c) for c in itertools.combinations(_aaa_start(z, F - ends[0], H + 1), H))
+        yield from (np.sort(c) for c in itertools.combinations(_aaa_start(z, F - Vq, H + 1), H))
         half = z[-1] * 0.75
         yield from (np.sort(rng.uniform(-half, half, H)) for _ in range(RANDOM_STARTS if rng is not None else 0))
 
-    c, chi2 = _scout(run, starts(), chi2_ok, EVALUATIONS)
-    C, g = linear(c)
+    best = _scout(run, (start(c) for c in starts()), chi2_ok, EVALUATIONS)
+    x = best[0]
+    C, c, g = x[0], x[1:H + 1], x[H + 1:]
     order = np.argsort(c)
-    return C, c[order], g[order], chi2
+    return C, c[order], g[order], best[1]
 
 
 def resolution(z, sd, ends, c, g, chi2):
