@@ -295,6 +295,16 @@ def test_resolution_is_the_closest_gap_in_its_standard_deviations(chi2_per_dof):
     assert long_fit.resolution(z, sd, ends, c, g, np.nan) == 0.0
 
 
+def test_closest_gap_takes_neighbours_in_position_order():
+    """closest_gap(): neighbours by position whatever the heads' order; the sd of a gap from the
+    difference of the two rows of the covariance's factor (correlated rows: a smaller sd)."""
+    c = np.array([3.0, 0.0, 1.0])
+    root = 0.1 * np.eye(3)
+    assert long_fit.closest_gap(c, root) == pytest.approx(1.0 / (0.1 * np.sqrt(2)))  # heads 2 and 3
+    root[2] = [0.0, 0.1, 0.01]  # head 3 almost head 2's error: their gap known to 0.01
+    assert long_fit.closest_gap(c, root) == pytest.approx(min(1.0 / 0.01, 2.0 / np.sqrt(0.1**2 + 0.1**2 + 0.01**2)))
+
+
 @pytest.mark.parametrize("kw, exc, match", [
     (dict(design="longest"), ValueError, 'design must be "paper", "lean", "long" or "rank"'),
     (dict(design="long"), ValueError, "pass max_length= explicitly"),

@@ -15,7 +15,7 @@ from scipy.special import expit
 
 from .curve import step_jacobian, step_residuals
 
-__all__ = ["PRIOR", "fit_config", "resolution", "GroupFit", "fit_group"]
+__all__ = ["PRIOR", "fit_config", "resolution", "closest_gap", "GroupFit", "fit_group"]
 
 
 #: Standard deviation of the weak prior on every step position (nats): the window's width at
@@ -202,9 +202,18 @@ def resolution(z, sd, ends, c, g, chi2):
     if not sv[-1] > np.finfo(float).eps * len(sv) * sv[0] or not np.all(n > 0):
         return 0.0
     root = (Vt.T / sv)[1:H + 1] / n[1:H + 1, None]  # the positions' rows of the covariance's factor
+    return closest_gap(c, root) / np.sqrt(max(1.0, chi2 / config_dof(len(z), H)))
+
+
+def closest_gap(c, root):
+    r"""The smallest gap between neighbouring positions ``c`` (H,) in standard deviations of that
+    gap, the covariance of the positions given by its factor ``root`` (H, k),
+    :math:`\operatorname{cov}c=\mathrm{root}\,\mathrm{root}^\top`: the sd of
+    :math:`c_{h'}-c_h` is the norm of the difference of their rows.
+
+    Used in: chapter 5b (the information of eight steps) and :func:`resolution`."""
     order = np.argsort(c)
-    gap_sd = np.linalg.norm(np.diff(root[order], axis=0), axis=1)
-    return float(np.min(np.diff(c[order]) / gap_sd) / np.sqrt(max(1.0, chi2 / config_dof(len(z), H))))
+    return float(np.min(np.diff(c[order]) / np.linalg.norm(np.diff(root[order], axis=0), axis=1)))
 
 
 def config_dof(R, H):
