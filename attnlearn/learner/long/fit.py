@@ -144,7 +144,7 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
     heights forbid it. Measured on a float64 layer (:math:`d=32`, :math:`H=8`, ``rank=4``, 128
     tokens), 352 nudged configurations: within ``chi2_ok`` after 170 evaluations, 13 of 120 from
     the anchor's positions, 248 of 352 from them moved under the anchor's heights (median 15
-    evaluations); the learner's CPU time fell from 90 s to 50 s.
+    evaluations); the learner's CPU time fell from 90 s to 47 s (seed 0 of ``benchmarks/scale.py``).
 
     Used in: chapter 5b.
     """
