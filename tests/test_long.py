@@ -457,7 +457,7 @@ def test_groups_directions_are_orthogonal_and_redraws_keep_them(monkeypatch, d, 
         if attempts[k] <= fail.get(k, 0):
             raise IllConditionedError("degenerate")
         accepted.append(u.copy())
-        return {"k": k}
+        return {"k": k, "covY": np.broadcast_to(np.eye(d), (3, d, d))}  # three heads seen alike
 
     monkeypatch.setattr(long_run, "_group", group)
     U, groups, redrawn, _ = long_run.draw_groups(ctx, 2.0, rng=np.random.default_rng(3))

@@ -455,6 +455,7 @@ class LongTolerances:
     reprobe_rounds: int = 3
     groups_factor: int = 2
     group_redraws: int = 2
+    faint_head: float = 8.0
     last_tilt: float = np.pi / 4
     link_configs: int = 3
     link_margin: float = 4.0

@@ -106,25 +106,30 @@ def draw_groups(ctx, scale, *, rng):
     U, groups, redrawn, spent = [], [], [], 0
     O = _orthonormal(rng, ctx.d)
     for k in progress(range(ctx.d), desc="groups", delay=LONG_RUN):
-        u, group, cost = _draw_group(ctx, O, k, scale, rng, lambda u: _group(ctx, u, scale, rng), redrawn)
+        u, group, cost = _draw_group(ctx, O, k, scale, rng, lambda u: _group(ctx, u, scale, rng), redrawn,
+                                     faintness=_faintness)
         U.append(u)
         groups.append(group)
         spent += cost
     return np.array(U), groups, redrawn, spent
 
 
-def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditionedError):
+def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditionedError, faintness=None):
     r"""Group ``k`` of :func:`draw_groups` and :func:`draw_groups_ranked`: ``attempt(u)`` at
     :math:`u=` ``O[k] * scale``; on a ``retry`` error the direction is drawn again (orthogonal to
     the groups before; for the last group :func:`_tilt`), at most ``tol.group_redraws`` times, the
-    group's name appended to ``redrawn``. Returns ``(u, attempt's result, queries spent on the
-    failed attempts)``.
+    group's name appended to ``redrawn``. With ``faintness`` (of an attempt's result; 0 when every
+    head is seen well), a result fainter than ``tol.faint_head`` is drawn again too, while redraws
+    are left; when none is left, the least faint result returned so far is kept (its direction
+    put back in ``O[k]``, the later rows turned orthogonal to it). Returns ``(u, attempt's result,
+    queries spent on the attempts not kept)``.
 
     Raises
     ------
     IllConditionedError (or the ``retry`` error met)
-        Still failing after the redraws."""
-    spent, first = 0, O[k].copy()
+        Still failing after the redraws, no faint result kept."""
+    spent, first, kept = 0, O[k].copy(), None  # kept: (faintness, u, result, queries, retried)
+    start_retried = ctx.retried
     for a in range(ctx.tol.group_redraws + 1):
         before, retried = ctx.ask.queries, ctx.retried
         if a and k < ctx.d - 1:  # a new direction orthogonal to the groups before
@@ -133,13 +138,49 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
             O[k] = _tilt(first, O[:k], ctx.tol.last_tilt, rng=rng)
         u = O[k] * scale
         try:
-            return u, attempt(u), spent
+            result = attempt(u)
         except retry as exc:
             spent += ctx.ask.queries - before  # all of a failed attempt, its anchor's retries too
             ctx.retried = retried
             redrawn.append(f"group({k + 1})")
-            if a == ctx.tol.group_redraws:
+            if a < ctx.tol.group_redraws:
+                continue
+            if kept is None:
                 raise type(exc)(f"group {k + 1}, after {a} redraws: {exc}") from None
+            break
+        faint = 0.0 if faintness is None else faintness(result)
+        if not faint > ctx.tol.faint_head:
+            return u, result, spent
+        # a head barely seen: drawn again while redraws are left, the least faint kept
+        cost = ctx.ask.queries - before
+        spent += cost
+        if kept is None or faint < kept[0]:
+            kept = (faint, u, result, cost, ctx.retried - retried)
+        ctx.retried = retried
+        redrawn.append(f"group({k + 1})")
+        if a == ctx.tol.group_redraws:
+            break
+    faint, u, result, cost, extra = kept
+    _put_back(O, k, u / scale)
+    ctx.retried += extra
+    return u, result, spent - cost
+
+
+def _put_back(O, k, e):
+    """``O[k]`` set to the unit direction ``e`` (a combination of ``O[k:]``, or the last group's
+    tilt), the rows after it turned to an orthonormal basis of what ``O[:k+1]`` leaves."""
+    O[k] = e
+    if k < len(O) - 1:
+        Q = np.linalg.qr(np.vstack([O[:k + 1], O[k + 1:]]).T)[0]  # Gram–Schmidt in order
+        O[k + 1:] = (Q[:, k + 1:] * np.where(np.sum(Q[:, k + 1:] * O[k + 1:].T, axis=0) < 0, -1.0, 1.0)).T
+
+
+def _faintness(group):
+    r"""How faintly a group sees its faintest head: the largest standard deviation of a head's
+    :math:`y` (:math:`\sqrt{\operatorname{tr}\operatorname{cov}y_h}`) over the median of its
+    heads' (1 with one or two heads)."""
+    sd = np.sqrt(np.trace(group["covY"], axis1=1, axis2=2))
+    return float(np.max(sd) / np.median(sd))
 
 
 def _tilt(e, before, angle, *, rng):
