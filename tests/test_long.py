@@ -528,6 +528,35 @@ def test_coarse_pass_nudges_along_orthonormal_bases(monkeypatch):
         assert np.allclose(steps / eta[:, None], W, atol=1e-10) and np.allclose(eta, eta[0])
 
 
+@pytest.mark.parametrize("n_faint", [0, 1, 2, 3])
+def test_a_group_seeing_a_head_faintly_is_drawn_again(monkeypatch, n_faint):
+    """A group whose faintest head's y has a standard deviation over tol.faint_head times the
+    median of its heads' is drawn again; when every attempt is faint, the least faint is kept,
+    its direction put back among orthonormal rows, and only the other attempts' queries are
+    spent. Group 2's first ``n_faint`` attempts are faint (3, 2 and 4 times tol.faint_head)."""
+    d = 5
+    ctx = _bare_context(d)
+    tol = ctx.tol
+    tried, ratios = [], [3 * tol.faint_head, 2 * tol.faint_head, 4 * tol.faint_head]
+
+    def group(ctx, u, scale, rng):
+        a = len(tried) - 1  # group 2's attempt (the first call is group 1's)
+        tried.append(u.copy())
+        ctx.ask.queries += 10  # every attempt asks ten queries
+        sd = [1.0, 1.0, ratios[a] if 0 <= a < n_faint else 1.0]
+        return {"u": u.copy(), "covY": np.array([np.eye(d) * x**2 / d for x in sd])}
+
+    monkeypatch.setattr(long_run, "_group", group)
+    U, groups, redrawn, spent = long_run.draw_groups(ctx, 2.0, rng=np.random.default_rng(1))
+    attempts = min(n_faint + 1, tol.group_redraws + 1)
+    assert len(tried) == d - 1 + attempts
+    assert redrawn == ["group(2)"] * (attempts - 1)
+    assert np.allclose(U @ U.T, 4.0 * np.eye(d), atol=1e-12)  # the kept direction among orthonormal rows
+    kept = 1 if n_faint == 3 else n_faint  # all faint: the least faint, the second attempt
+    assert np.array_equal(groups[1]["u"], tried[1 + kept]) and np.array_equal(U[1], tried[1 + kept])
+    assert spent == 10 * (attempts - 1)
+
+
 def test_groups_redraws_exhausted_raise(monkeypatch):
     """A group that stays degenerate after ``group_redraws`` new directions raises, naming it."""
     ctx = _bare_context(3)
@@ -538,7 +567,7 @@ def test_groups_redraws_exhausted_raise(monkeypatch):
         tried.append(u.copy())
         if len(tried) > 1:  # group 1 passes, group 2 never does
             raise IllConditionedError("degenerate")
-        return {}
+        return {"covY": np.broadcast_to(np.eye(3), (2, 3, 3))}
 
     monkeypatch.setattr(long_run, "_group", group)
     with pytest.raises(IllConditionedError, match=f"group 2, after {tol.group_redraws} redraws: degenerate"):
@@ -811,6 +840,7 @@ def test_an_unresolved_anchor_tries_the_next_candidate_and_counts_it_as_redrawn(
         return 0.0 if len(calls) == 1 else np.inf
 
     monkeypatch.setattr(long_passes, "resolution", first_unresolved)
+    monkeypatch.setattr(long_run, "_faintness", lambda group: 1.0)  # no group drawn again for a faint head
     rec = learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
     R = len(ratio_grid(L, LongTolerances().ratios(H))[0])
     assert rec.queries["design"] == sum(long_cost(d, H, L, tol=LongTolerances())[0].values())

@@ -320,6 +320,17 @@ class LongTolerances:
         A degenerate group (a vanishing :math:`\gamma_h=-u^\top v_h` or coinciding heads), or
         one whose joint fit stays above ``trim_above`` times its noise, is drawn again with a
         new :math:`u` at most twice.
+    faint_head : float
+        A group in which one head's :math:`y` has a standard deviation
+        (:math:`\sqrt{\operatorname{tr}\operatorname{cov}y_h}`) over 8 times the median of the
+        group's heads' is drawn again (at most ``group_redraws`` times; then the least faint
+        attempt is kept): a head nearly orthogonal to :math:`u` (:math:`\gamma_h=-u^\top v_h`
+        near 0) is seen through steps of almost no height, and its row of :math:`Y_h` carries
+        its error undiluted into :math:`W_h=U^{-1}Y_h`. Measured on float32 layers (:math:`H=4`,
+        ``benchmarks/torch_layers.py --dtype float32 --heads 4 --modes "long, L=64"``): the worst
+        group's ratio up to 53, one head's error 3e-3 where the others' were 3e-4 to 8e-4;
+        with the redraw 18 of 20 layers to 1e-3, median 3.4e-4 (without: 11 of 20, 7.7e-4), for
+        16 % more queries. With one or two heads the ratio is at most 2: never drawn again.
     last_tilt : float
         The last group, drawn again, has no orthogonal direction left: its new :math:`u` is its
         own tilted by 45° (:math:`\pi/4`) into the span of the groups before, so that

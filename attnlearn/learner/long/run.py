@@ -69,7 +69,8 @@ def _passes(ctx, u, scale, rng, spans):
 def draw_groups(ctx, scale, *, rng):
     r"""The :math:`d` groups, their :math:`u_k` the rows of ``scale`` times a random orthogonal
     matrix; a group whose fits are degenerate (a head whose :math:`\gamma_h=-u_k^\top v_h`
-    vanishes, two coinciding heads) or stay far above the noise (:func:`_group`) is drawn again
+    vanishes, two coinciding heads) or stay far above the noise (:func:`_group`), or that sees
+    one head far less well than the others (:func:`_faintness` over ``tol.faint_head``), is drawn again
     with a new :math:`u_k`, a random direction
     orthogonal to the groups before it (for the last group, :func:`_tilt`), at most
     ``tol.group_redraws`` times (its queries are reported as ``queries["redraws"]``). Returns ``(U, groups, redrawn, redraw_queries)``.
@@ -129,9 +130,10 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
     IllConditionedError (or the ``retry`` error met)
         Still failing after the redraws, no faint result kept."""
     spent, first, kept = 0, O[k].copy(), None  # kept: (faintness, u, result, queries, retried)
-    start_retried = ctx.retried
     for a in range(ctx.tol.group_redraws + 1):
         before, retried = ctx.ask.queries, ctx.retried
+        if a:
+            redrawn.append(f"group({k + 1})")
         if a and k < ctx.d - 1:  # a new direction orthogonal to the groups before
             O[k:] = _orthonormal(rng, ctx.d - k) @ O[k:]
         elif a:  # the last group: no other orthogonal direction is left
@@ -142,12 +144,9 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
         except retry as exc:
             spent += ctx.ask.queries - before  # all of a failed attempt, its anchor's retries too
             ctx.retried = retried
-            redrawn.append(f"group({k + 1})")
-            if a < ctx.tol.group_redraws:
-                continue
-            if kept is None:
+            if a == ctx.tol.group_redraws and kept is None:
                 raise type(exc)(f"group {k + 1}, after {a} redraws: {exc}") from None
-            break
+            continue
         faint = 0.0 if faintness is None else faintness(result)
         if not faint > ctx.tol.faint_head:
             return u, result, spent
@@ -157,9 +156,6 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
         if kept is None or faint < kept[0]:
             kept = (faint, u, result, cost, ctx.retried - retried)
         ctx.retried = retried
-        redrawn.append(f"group({k + 1})")
-        if a == ctx.tol.group_redraws:
-            break
     faint, u, result, cost, extra = kept
     _put_back(O, k, u / scale)
     ctx.retried += extra
