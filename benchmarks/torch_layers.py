@@ -46,20 +46,20 @@ target: 1e-6 for H <= 2, 1e-4 for H = 4, 1e-3 in float32), ``median error`` (ove
 ``Diagnostics.holdout_chi2``; None from the paper's design), a raise's
 ``message``); chapter 7 loads ``benchmarks/results/torch_*.json``.
 
-Measured (re-run 2026-12-06 on code f56eefa, this machine, ``--dtype float32 --heads H --modes "long,
-L=64" --json benchmarks/results/torch_float32_long_hH.json``, one row per run; the long design's
-groups on orthogonal directions, ``attnlearn.learner.long.run.draw_groups``; its stretched anchor
-kept when its own fit resolves its steps, else the next candidate): H = 1 20/20 to 1e-3 (median
-1.1e-5, 18552 queries per layer, 2 s each), H = 2 19/20 (median 3.5e-5, 23654, 3 s), 0 raised, 0
-silent; H = 4 11/20 (all 20 returned, median 8.6e-4, 33676 queries, 15 s; largest error/estimate
-0.81; four more layers between 1.0e-3 and 1.1e-3: the row sits on its target, and its count moves
-with the random draws: on code 92ca33d, whose nudge directions differed only in their signs, 15/20,
-median 6.6e-4); H = 8 0/20 (all 20 raised in the first group: no stretched anchor candidate
-resolves eight steps at this noise). ``--heads 4 --modes "long, L=128" --json
-benchmarks/results/torch_float32_long_h4_L128.json`` (the same design at twice the length, its
-noise ratio_noise(128), about twice ratio_noise(64)): 6/20, median 2.4e-3, 0 raised, 0 silent,
-but one layer's error 1.08 times its estimate (within the 10 times that count as silent; at
-L = 64 none above 0.81).
+Measured (2026-12-06, this machine, ``--dtype float32 --heads H --modes "long, L=64" --json
+benchmarks/results/torch_float32_long_hH.json``, one row per run; the long design's groups on
+orthogonal directions, ``attnlearn.learner.long.run.draw_groups``, a group that sees one head
+faintly drawn again, ``LongTolerances.faint_head``; its stretched anchor kept when its own fit
+resolves its steps, else the next candidate). H = 1 and 2 on code f56eefa (their learner is the
+same since: neither change reaches groups of one or two heads): H = 1 20/20 to 1e-3 (median 1.1e-5,
+18552 queries per layer, 2 s each), H = 2 19/20 (median 3.5e-5, 23654, 3 s), 0 raised, 0 silent.
+H = 4 and 8 on code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
+18/20 (all 20 returned, median 3.4e-4, 39332 queries, 18 s; largest error/estimate 0.78; without
+the faint-head redraw, code 7eb6b6f: 11/20, median 7.7e-4, 33662 queries); H = 8 0/20 (all 20 raised
+in the first group: no stretched anchor candidate resolves eight steps at this noise). ``--heads 4
+--modes "long, L=128" --json benchmarks/results/torch_float32_long_h4_L128.json`` on code bc88993
+(the same design at twice the length, its noise ratio_noise(128), about twice ratio_noise(64)):
+11/20, median 6.0e-4, 1 raised, 0 silent, largest error/estimate 0.54.
 Before (code 9934694): H = 2 median 4.1e-5; H = 4
 5/20 (8 returned, 12 raised, 11 at the anchored coarse pass, which then judged the stretched anchor
 by the candidate's predicted positions; at commit 2309a43, before the orthogonal directions, _trim
