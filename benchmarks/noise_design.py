@@ -36,10 +36,12 @@ LongTolerances.rounding = 1/2):
     H=2 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 16/20 median 3.3e-07 beyond 10x est 0 max e/est 0.44
              queries/4Hd^2 12.6 longest 4096 16.6 s/model raised: none
              (on 2026-12-03's code: 20/20, 15/20 to 1e-6, median 3.0e-7)
-    --row 4,16,6e-8,20 (benchmarks/results/noise_design_H4_d16.json):
-    H=4 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 1/20 median 2.7e-06 beyond 10x est 0 max e/est 0.42
-             queries/4Hd^2 9.6 longest 4096 28.8 s/model raised: none
-             (on 2026-12-03's code: 19/20, 4/20 to 1e-6, median 3.7e-6, 1 IllConditionedError)
+    --row 4,16,6e-8,20 (benchmarks/results/noise_design_H4_d16.json; re-run 2026-12-06 on code
+    bc88993, --workers 1: a group that sees one head faintly drawn again, LongTolerances.faint_head):
+    H=4 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 7/20 median 1.3e-06 beyond 10x est 0 max e/est 0.44
+             queries/4Hd^2 11.7 longest 4096 36.6 s/model raised: none
+             (on code f56eefa: 20/20, 1/20 to 1e-6, median 2.7e-6, 9.6 x 4Hd^2; on 2026-12-03's
+             code: 19/20, 4/20 to 1e-6, median 3.7e-6, 1 IllConditionedError)
     --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code f56eefa,
     --workers 1: the stretched anchor kept when its own fit resolves its steps, else the next
     candidate): goal (10/20) NOT met
