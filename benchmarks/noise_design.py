@@ -42,14 +42,15 @@ LongTolerances.rounding = 1/2):
              queries/4Hd^2 11.7 longest 4096 36.6 s/model raised: none
              (on code f56eefa: 20/20, 1/20 to 1e-6, median 2.7e-6, 9.6 x 4Hd^2; on 2026-12-03's
              code: 19/20, 4/20 to 1e-6, median 3.7e-6, 1 IllConditionedError)
-    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code f56eefa,
-    --workers 1: the stretched anchor kept when its own fit resolves its steps, else the next
-    candidate): goal (10/20) NOT met
+    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code
+    bc88993, --workers 1: the stretched anchor kept when its own fit resolves its steps, else the
+    next candidate; a group that sees one head faintly drawn again): goal (10/20) NOT met
     H=8 d=16 eps=6e-08 ok(1e-3) 0/20 ok(1e-6) 0/20 median - beyond 10x est 0 max e/est -
              queries/4Hd^2 - longest None 19.5 s/model raised: IllConditionedError 20
-             (18 at the anchored coarse pass of a group after 2 redraws, 15 in group 1: no
+             (19 at the anchored coarse pass of a group after 2 redraws, 11 in group 1: no
              stretched candidate resolves its steps, the best one's closest two at most 1.6 sd
-             apart; 2 with a group's joint fit left 1e10 times above its noise after its repairs);
+             apart; 1 with a group's joint fit left 4.5e10 times above its noise after its repairs);
+             on code f56eefa: 18 at an anchor (15 in group 1), 2 at a joint fit;
              the Cramer-Rao floor allows 4e-7 (chapter 5b, which also shows where the information
              lies: two stretches of one q fitted together, or the heights known).
              On code 92ca33d: 0/20 too, 18 at the anchor (11 in group 1).
