@@ -117,7 +117,7 @@ scouting (cProfile, d = 32, H = 8: 56 of 68 s, about six starts per configuratio
 With a nudged configuration's fit started from its anchor's positions moved under the anchor's
 heights (``fit_config(..., g0=)``, code 7eb6b6f; the ranked groups' learner is that of every later
 commit): d = 32, H = 8, seed 0, 128 tokens, 90 s of learner CPU before, 47 s after (cProfile; 4.6
-starts per fit, 72 % of them within the noise from the first). d = 128, seed 0, run again on that
+starts per fit; 72 % of the fits within the noise from their first start). d = 128, seed 0, run again on that
 code (not in the JSON, which keeps one code per row): returned, error 3.0e-10 (estimate 2.4e-9),
 807,561 queries, 1043 s of CPU (learner 722, oracle 321): the learner's share fell from 78 % to
 69 %, and still exceeds the oracle's. What remains is mostly the anchor's candidates (cProfile,

@@ -54,8 +54,9 @@ resolves its steps, else the next candidate). H = 1 and 2 on code f56eefa (their
 same since: neither change reaches groups of one or two heads): H = 1 20/20 to 1e-3 (median 1.1e-5,
 18552 queries per layer, 2 s each), H = 2 19/20 (median 3.5e-5, 23654, 3 s), 0 raised, 0 silent.
 H = 4 and 8 on code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
-18/20 (all 20 returned, median 3.4e-4, 39332 queries, 18 s; largest error/estimate 0.78; without
-the faint-head redraw, code 7eb6b6f: 11/20, median 7.7e-4, 33662 queries); H = 8 0/20 (all 20 raised
+18/20 (all 20 returned, median 3.4e-4, 38954 queries, 18 s; largest error/estimate 0.78; without
+the faint-head redraw, code 7eb6b6f, run not archived: 11/20, median 7.7e-4, 33662 queries; the
+archived run before it, code f56eefa: 11/20, median 8.6e-4, 33676 queries); H = 8 0/20 (all 20 raised
 in the first group: no stretched anchor candidate resolves eight steps at this noise). ``--heads 4
 --modes "long, L=128" --json benchmarks/results/torch_float32_long_h4_L128.json`` on code bc88993
 (the same design at twice the length, its noise ratio_noise(128), about twice ratio_noise(64)):

@@ -144,18 +144,22 @@ def test_fit_config_starts_under_known_heights():
     c0 = c_true + np.array([0.02, -0.02, 0.02, -0.02])
     moved = long_fit._under_heights(z, F, sd, ends, g_true, c0)
     assert np.allclose(moved, c_true, atol=1e-8)
-    columns = []
+    starts = []
     real = long_fit.least_squares
 
     def seen(fun, x0, **kw):
-        columns.append(len(x0))
+        starts.append(np.array(x0, dtype=float))
         return real(fun, x0, **kw)
 
+    g0 = g_true * (1 + 1e-6)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(long_fit, "least_squares", seen)
-        _, c, g, chi2 = fit_config(z, F, sd, 4, ends=ends, c0=c0, g0=g_true * (1 + 1e-6), chi2_ok=1e4,
+        _, c, g, chi2 = fit_config(z, F, sd, 4, ends=ends, c0=c0, g0=g0, chi2_ok=1e4,
                                    rng=np.random.default_rng(0))
-    assert columns[0] == 5 and columns[1] == 9  # under the heights (C and four positions), then all nine
+    # under the heights (C and four positions), then the free fit (all nine) from where that left them
+    assert len(starts[0]) == 5 and np.array_equal(starts[0][1:], c0)
+    assert len(starts[1]) == 9
+    assert np.array_equal(starts[1][1:5], long_fit._under_heights(z, F, sd, ends, g0, c0))
     assert np.allclose(c, c_true, atol=1e-6) and np.allclose(g, g_true, atol=1e-6) and chi2 < 1e4
 
 
@@ -555,6 +559,37 @@ def test_a_group_seeing_a_head_faintly_is_drawn_again(monkeypatch, n_faint):
     kept = 1 if n_faint == 3 else n_faint  # all faint: the least faint, the second attempt
     assert np.array_equal(groups[1]["u"], tried[1 + kept]) and np.array_equal(U[1], tried[1 + kept])
     assert spent == 10 * (attempts - 1)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_faint_group_is_kept_when_its_redraws_raise(monkeypatch, k):
+    """Group k + 1 (k = 3: the last, whose redraws are tilts) is faint at its first attempt and
+    degenerate at its two redraws: the faint attempt is kept (not a raise), its direction among
+    the others as drawn (orthonormal rows; the last group's own, untilted), its anchor's retried
+    queries counted and the failed attempts' queries spent."""
+    d = 4
+    ctx = _bare_context(d)
+    tol = ctx.tol
+    tried = []
+
+    def group(ctx, u, scale, rng):
+        j = len(tried) - k  # this group's attempt
+        tried.append(u.copy())
+        ctx.ask.queries += 10
+        if j == 0:
+            ctx.retried += 3  # the faint attempt's anchor asked a second candidate
+        if j > 0 and j <= tol.group_redraws:
+            ctx.retried += 5  # lost with the raise
+            raise IllConditionedError("degenerate")
+        sd = [1.0, 1.0, 3 * tol.faint_head if j == 0 else 1.0]
+        return {"u": u.copy(), "covY": np.array([np.eye(d) * x**2 / d for x in sd])}
+
+    monkeypatch.setattr(long_run, "_group", group)
+    U, groups, redrawn, spent = long_run.draw_groups(ctx, 2.0, rng=np.random.default_rng(2))
+    assert np.array_equal(U[k], tried[k]) and np.array_equal(groups[k]["u"], tried[k])
+    assert np.allclose(U @ U.T, 4.0 * np.eye(d), atol=1e-12)
+    assert redrawn == [f"group({k + 1})"] * tol.group_redraws
+    assert spent == 10 * tol.group_redraws and ctx.retried == 3
 
 
 def test_groups_redraws_exhausted_raise(monkeypatch):

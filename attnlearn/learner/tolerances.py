@@ -330,7 +330,9 @@ class LongTolerances:
         ``benchmarks/torch_layers.py --dtype float32 --heads 4 --modes "long, L=64"``): the worst
         group's ratio up to 53, one head's error 3e-3 where the others' were 3e-4 to 8e-4;
         with the redraw 18 of 20 layers to 1e-3, median 3.4e-4 (without: 11 of 20, 7.7e-4), for
-        17 % more queries. With one or two heads the ratio is at most 2: never drawn again.
+        16 % more queries. With one or two heads the ratio is at most 2: never drawn again.
+        Only :func:`~attnlearn.learner.long.run.draw_groups` applies it, not the reduced groups
+        of ``rank=``.
     last_tilt : float
         The last group, drawn again, has no orthogonal direction left: its new :math:`u` is its
         own tilted by 45° (:math:`\pi/4`) into the span of the groups before, so that

@@ -128,7 +128,7 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
 
     Starts from AAA (or ``c0``; with heights ``g0`` known, such as a group's anchor's, first
     from ``c0`` moved to fit the answers under those heights, :func:`_under_heights`, then from
-    ``c0`` itself), then Levenberg–Marquardt (:func:`scipy.optimize.least_squares`,
+    ``c0`` itself when ``chi2_ok`` is given), then Levenberg–Marquardt (:func:`scipy.optimize.least_squares`,
     ``method="lm"``). When the :math:`\chi^2` exceeds ``chi2_ok`` (a local minimum), more starts
     are tried: the :math:`H`-subsets of AAA's :math:`H+1` poles, and :data:`RANDOM_STARTS` random sorted
     positions in the middle of the window (from ``rng``). Every start runs
@@ -142,8 +142,8 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
     anchor's positions (heights fitted linearly) the fit often falls into a close pair's
     *derivative* minimum: the two steps merged, their heights huge and opposite. The anchor's
     heights forbid it. Measured on a float64 layer (:math:`d=32`, :math:`H=8`, ``rank=4``, 128
-    tokens), 352 nudged configurations: within ``chi2_ok`` after 170 evaluations, 13 of 120 from
-    the anchor's positions, 248 of 352 from them moved under the anchor's heights (median 15
+    tokens), 352 nudged configurations: within ``chi2_ok`` after 170 evaluations, 13 of the first
+    120 from the anchor's positions, 248 of 352 from them moved under the anchor's heights (median 15
     evaluations); the learner's CPU time fell from 90 s to 47 s (seed 0 of ``benchmarks/scale.py``).
 
     Used in: chapter 5b.

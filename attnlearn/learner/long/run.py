@@ -174,7 +174,7 @@ def _put_back(O, k, e):
 def _faintness(group):
     r"""How faintly a group sees its faintest head: the largest standard deviation of a head's
     :math:`y` (:math:`\sqrt{\operatorname{tr}\operatorname{cov}y_h}`) over the median of its
-    heads' (1 with one or two heads)."""
+    heads' (1 with one head, below 2 with two)."""
     sd = np.sqrt(np.trace(group["covY"], axis1=1, axis2=2))
     return float(np.max(sd) / np.median(sd))
 
@@ -193,7 +193,7 @@ def _tilt(e, before, angle, *, rng):
 
 def draw_groups_ranked(ctx, scale, *, rng, limit):
     r"""``learn(..., design="long", rank=p)``: the groups of :func:`draw_groups` (the same directions
-    and redraws), full ones labelled by their links as they come and their rows tested against
+    and redraws, but none for a faint head), full ones labelled by their links as they come and their rows tested against
     each head's row space (:class:`~.rank.RowSpans`), then, once every head's rank is certified,
     reduced groups regressed in the row spaces (:func:`~.rank.regress_in_spans`, no link).
     Returns ``(U, groups, perms, margins, redrawn, redraw_queries, spans)``.
