@@ -71,8 +71,9 @@ independent random directions instead, the code otherwise the same (2026-12-03):
 (``torch_float32.json``): H = 1 17/20, H = 2 0/20. Float32 rows are one draw each: the float32 sums
 differ from run to run, and a layer near one of the learner's decisions may fall on either side.
 Float64, ``--heads 4 --modes "long, L=4096" --json benchmarks/results/torch_float64_long_h4.json``:
-20/20 to 1e-4 (median 5.9e-11, 36944 queries per layer, 0 raised, 0 silent, about 65 s of CPU per
-layer; re-run on code 9934694: smallest estimate/error 1.8; at 2309a43: 18/20, median 2.2e-10),
+20/20 to 1e-4 (re-run on code bc88993, with the faint-head redraw: median 6.5e-12, 46960 queries
+per layer, 0 raised, 0 silent, largest error/estimate 0.23, 60 s of CPU per layer; on code 9934694:
+median 5.9e-11, 36944 queries, smallest estimate/error 1.8; at 2309a43: 18/20, median 2.2e-10),
 against robust+search's 14/20 (``torch_float64_h4.json``).
 Robust mode with its fallback, re-run whole on code 9934694 (the long design's estimate
 confronted with its held-out answers, ``Diagnostics.holdout_chi2``; 2026-12-06, ``--heads 1 2 4
