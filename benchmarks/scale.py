@@ -123,6 +123,13 @@ code (not in the JSON, which keeps one code per row): returned, error 3.0e-10 (e
 69 %, and still exceeds the oracle's. What remains is mostly the anchor's candidates (cProfile,
 d = 32: 18 of 47 s), fitted with no known heights.
 
+d = 256, H = 4 (p = 64, 128 tokens), code bc88993, ``--d 256 --heads 4 --models 1 --rank --length
+128 --timeout 2700 --json benchmarks/results/scale_rank_d256.json`` (a file of its own: chapter 9
+loads returned rows only): killed after 2700 s of wall time, 1,840,865 queries asked of the
+design's 3,302,913 (``long_cost``), 2471 s of CPU, of it the oracle 2108 s and the learner 363 s:
+at this width the oracle's answers are 85 % of the time, and the whole layer would take about
+75 CPU minutes.
+
 """
 
 import argparse
