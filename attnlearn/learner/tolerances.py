@@ -402,6 +402,12 @@ class LongTolerances:
         scored 4 or more (7 of them within 0.25 nat, where the nearest step still labels; two
         0.8 and 2.1 nats off, their fate downstream not traced), and at least 15 of the 275
         within 0.05 nat scored below 4 (the next candidate is then stretched).
+    restretch : float
+        When no stretched candidate resolves its steps alone, each is asked again at twice its
+        stretch and fitted together with it, positions tied and heights shared
+        (:func:`~.long.fit.fit_stretches`): every gap twice as wide, the heights fixed by both
+        (chapter 5b, at the truth on twenty eight-head anchors at float32 noise: the closest
+        pair 0.64 standard deviations apart alone, 160 together).
     nudge : float
         Nudged configurations :math:`q_0+\eta w`: :math:`\eta` moves the steps by about 0.15
         of the anchor's smallest gap (root mean square), so that the nearest anchor step labels
@@ -490,6 +496,8 @@ class LongTolerances:
     stretch: float = 6.0
     stretch_clip: tuple = (1 / 8, 8)
     anchor_resolve: float = 4.0
+    restretch: float = 2.0
+    faint_step: float = 0.02
     nudge: float = 0.15
     nudge_max: float = 1.0
     trim_above: float = 1000.0

@@ -15,7 +15,7 @@ from scipy.special import expit
 
 from .curve import step_jacobian, step_residuals
 
-__all__ = ["PRIOR", "fit_config", "resolution", "closest_gap", "GroupFit", "fit_group"]
+__all__ = ["PRIOR", "fit_config", "resolution", "fit_stretches", "closest_gap", "GroupFit", "fit_group"]
 
 
 #: Standard deviation of the weak prior on every step position (nats): the window's width at
@@ -191,18 +191,113 @@ def resolution(z, sd, ends, c, g, chi2):
     is singular or :math:`\chi^2` is not finite, ``inf`` with one head.
 
     Used in: chapter 5b (the anchor of :func:`~.passes.coarse_pass`)."""
-    H = len(c)
-    if H < 2:
+    if len(c) < 2:
         return np.inf
     if not np.isfinite(chi2):
         return 0.0
     J = step_jacobian(z, sd, c, g, ends_sd=(ends[1], ends[3]), prior=PRIOR)
+    return _resolved(J, c, 1, chi2 / config_dof(len(z), len(c)))
+
+
+def _resolved(J, c, first, reduced):
+    r""":func:`resolution` from a whitened Jacobian ``J`` whose columns ``first`` to ``first + H``
+    are the positions ``c``, scaled by :math:`\sqrt{\max(1,\text{reduced})}`; 0 when singular."""
+    H = len(c)
     n = np.linalg.norm(J, axis=0)
     _, sv, Vt = np.linalg.svd(J / np.where(n > 0, n, 1.0), full_matrices=False)
     if not sv[-1] > np.finfo(float).eps * len(sv) * sv[0] or not np.all(n > 0):
         return 0.0
-    root = (Vt.T / sv)[1:H + 1] / n[1:H + 1, None]  # the positions' rows of the covariance's factor
-    return closest_gap(c, root) / np.sqrt(max(1.0, chi2 / config_dof(len(z), H)))
+    root = (Vt.T / sv)[first:first + H] / n[first:first + H, None]  # the positions' rows of the covariance's factor
+    return closest_gap(c, root) / np.sqrt(max(1.0, reduced))
+
+
+def fit_stretches(z, F, sd, ends, factors, origin, starts, *, chi2_ok=None):
+    r"""One :math:`q` asked at several stretches, fitted together: at stretch ``factors[k]``
+    (:math:`a_k`, relative to the first configuration's) the steps sit at
+    :math:`a_k(c_h-o_h)+o_h`, :math:`o` the group's ``origin`` (the positions at :math:`q=0`;
+    zero without score biases), every configuration with its own constant and the heights
+    shared. Weighted Levenberg–Marquardt, the ends and the prior as in :func:`fit_config`,
+    from each of ``starts`` (the first configuration's positions; the heights and constants
+    solved linearly) for :data:`SCOUT_EVALUATIONS` per parameter until one is within
+    ``chi2_ok`` (the sum over the configurations), the best carried on (:data:`EVALUATIONS`).
+
+    Parameters
+    ----------
+    z : array (R,)
+    F, sd : arrays (K, R)
+        The answers of the K configurations and their standard deviations.
+    ends : tuple of arrays (K,)
+        :math:`V^\top q`, its sd, :math:`V^\top x`, its sd, per configuration.
+    factors : array (K,)
+        The stretches, ``factors[0]`` = 1.
+    origin : array (H,)
+    starts : iterable of arrays (H,)
+
+    Returns
+    -------
+    tuple
+        ``(C, c, g, chi2, apart)``: the constants (K,), the first configuration's positions and
+        the heights, sorted by position, every configuration's :math:`\chi^2` (K,), and the
+        closest two steps' distance in standard deviations of their gap (:func:`resolution` over
+        the joint Jacobian).
+
+    Notes
+    -----
+    Alone, a configuration tells two steps a few tenths of a nat apart poorly: their heights
+    trade off against their positions. At twice the stretch their gap is twice as wide while
+    the heights are the same: tied together, the pair fixes the heights, and through them the
+    positions (chapter 5b, at the truth on twenty eight-head anchors: the closest pair a median
+    0.64 standard deviations apart alone, 160 with the same :math:`q` at twice the stretch).
+
+    Used in: chapter 5b (the anchor of :func:`~.passes.coarse_pass` at eight heads).
+    """
+    F, sd = np.atleast_2d(F), np.atleast_2d(sd)
+    a, o = np.asarray(factors, dtype=float), np.asarray(origin, dtype=float)
+    K, H, R = len(a), len(o), len(z)
+
+    def positions(c):
+        return a[:, None] * (c - o) + o
+
+    def res(p):
+        P = positions(p[K:K + H])
+        return np.concatenate([step_residuals(z, F[k], sd[k], p[k], P[k], p[K + H:], tuple(e[k] for e in ends),
+                                              prior=PRIOR) for k in range(K)])
+
+    def jac(p):
+        P, J = positions(p[K:K + H]), []
+        for k in range(K):
+            Jk = step_jacobian(z, sd[k], P[k], p[K + H:], ends_sd=(ends[1][k], ends[3][k]), prior=PRIOR)
+            B = np.zeros((len(Jk), K + 2 * H))
+            B[:, k], B[:, K:K + H], B[:, K + H:] = Jk[:, 0], a[k] * Jk[:, 1:H + 1], Jk[:, H + 1:]
+            J.append(B)
+        return np.vstack(J)
+
+    def start(c):  # the constants and heights of positions c: linear least squares over every configuration
+        J = jac(np.concatenate([np.zeros(K), c, np.zeros(H)]))
+        r0 = res(np.concatenate([np.zeros(K), c, np.zeros(H)]))
+        cols = np.r_[0:K, K + H:K + 2 * H]
+        lin = np.linalg.lstsq(J[:, cols], -r0, rcond=None)[0]
+        return np.concatenate([lin[:K], c, lin[K:]])
+
+    def run(x0, evaluations):
+        with np.errstate(over="ignore"):  # as in fit_config: a start far off may overflow its cost
+            sol = least_squares(res, x0, jac=jac, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15,
+                                max_nfev=evaluations * (K + 2 * H))
+        return sol.x, float(np.sum(sol.fun.reshape(K, -1)[:, :R + 2] ** 2))
+
+    dof = max(K * (R + 2) - (K + 2 * H), 1)
+
+    def judged(x):
+        chi2 = np.sum(res(x).reshape(K, -1)[:, :R + 2] ** 2, axis=1)
+        apart = _resolved(jac(x), x[K:K + H], K, float(np.sum(chi2)) / dof) if np.all(np.isfinite(chi2)) else 0.0
+        return x, chi2, apart
+
+    # every start to its end: of the fits within chi2_ok the best resolved, else the lowest chi2
+    fits = [judged(run(start(np.asarray(c, dtype=float)), EVALUATIONS)[0]) for c in starts]
+    within = [f for f in fits if chi2_ok is not None and np.sum(f[1]) <= chi2_ok]
+    x, chi2, apart = max(within, key=lambda f: f[2]) if within else min(fits, key=lambda f: np.sum(f[1]))
+    order = np.argsort(x[K:K + H])
+    return x[:K], x[K:K + H][order], x[K + H:][order], chi2, apart
 
 
 def closest_gap(c, root):

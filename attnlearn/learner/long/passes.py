@@ -5,13 +5,14 @@ Used in: chapter 5b (long queries), chapter 7 and chapter 9 (``rank=``: reduced 
 """
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from ...errors import IllConditionedError
-from .fit import (GroupFit, _joint_positions, _label_to_reference, _positions_only, config_dof, fit_config, fit_group,
-                  resolution)
+from .fit import (RANDOM_STARTS, GroupFit, _aaa_start, _joint_positions, _label_to_reference, _positions_only, config_dof,
+                  fit_config, fit_group, fit_stretches, resolution)
 
 __all__ = ["probe_scale", "coarse_pass", "random_pass", "placed_pass"]
 
@@ -76,7 +77,8 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
        over largest :math:`|c_h|`) is stretched (:math:`c` is linear in :math:`q`; with biases
        affine, measured from the group's origin) so that its farthest step sits
        ``tol.stretch`` nats out (from the origin's) and asked again: the anchor :math:`q_0`
-       when its fit resolves its steps, else the next best separated is stretched.
+       when its fit resolves its steps, else the next best separated is stretched; when none
+       does, each is asked again at ``tol.restretch`` times its stretch and fitted with it.
     2. :math:`2d` nudged configurations :math:`q_0+\eta w_j` (:math:`w_j` two random orthonormal
        bases): :math:`\eta` moves the steps by about ``tol.nudge`` of the anchor's smallest gap,
        so every configuration's fit starts at the anchor's positions and its heads are labelled
@@ -96,20 +98,21 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
     Returns ``(Q, F, sd, ends, fit)``."""
     d, H, tol = ctx.d, ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
-    q0, F0, sd0, e0, single0, reach = _anchor(ctx, u, scale, rng=rng)
-    c_anchor = single0[1]
+    anchor = _anchor(ctx, u, scale, rng=rng)
+    q0, (_, c_anchor, g_anchor, _) = anchor.Q[0], anchor.fits[0]
     gap = np.min(np.diff(c_anchor)) if H > 1 else np.inf
-    rms = max(reach, 1e-12)
+    rms = max(anchor.reach, 1e-12)
     move = min(tol.nudge * gap, tol.nudge_max)
     eta = move * np.linalg.norm(q0) / rms
     m = tol.per_group(d if dim is None else dim)
     Wd = np.vstack([_orthonormal(rng, d).T for _ in range(-(-m // d))])[:m]
-    Q, Fs, sds, ends, singles, perms = [q0], [F0], [sd0], [e0], [single0], [np.arange(H)]
+    Q, Fs, sds, singles = list(anchor.Q), list(anchor.F), list(anchor.sd), list(anchor.fits)
+    ends, perms = [tuple(e[k] for e in anchor.ends) for k in range(len(Q))], [np.arange(H)] * len(Q)
     for w in Wd:
         q = q0 + eta * w
         F, sd = ctx.config(u, q)
         e = ctx.ends(u, q)
-        single = fit_config(ctx.z, F, sd, H, ends=e, c0=c_anchor, g0=single0[2],
+        single = fit_config(ctx.z, F, sd, H, ends=e, c0=c_anchor, g0=g_anchor,
                             chi2_ok=chi2_ok, rng=rng)
         rows, cols = linear_sum_assignment(np.abs(single[1][:, None] - c_anchor[None, :]))
         p = np.empty(H, int)
@@ -125,34 +128,52 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
     ok = np.array([sg[3] <= chi2_ok for sg in singles])
     c0 = np.array([sg[1][p] for sg, p in zip(singles, perms)])
     C0 = np.array([sg[0] for sg in singles])
-    fit = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, ok, single0[2], C0, c0))
+    fit = _repair(ctx, F, sd, ends, _fit_kept(ctx, F, sd, ends, ok, g_anchor, C0, c0))
     return Q, F, sd, ends, fit
+
+
+@dataclass
+class Anchor:
+    r"""A group's anchor (:func:`_anchor`): its configurations ``Q`` (K, d), the stretched
+    candidate first and, when it was stretched again, that configuration second (K = 1 or 2);
+    their answers ``F``, ``sd`` (K, R) and ``ends`` (arrays (K,)); every configuration's fit
+    ``(C, c, g, chi2)``, its heads sorted by position (the same order in both: the positions
+    of one are an increasing affine map of the other's); ``reach``, the root mean square of
+    the part of the first's positions that is linear in :math:`q`; ``apart``, how far apart its
+    closest two steps lie in standard deviations (:func:`~.fit.resolution`)."""
+
+    Q: np.ndarray
+    F: np.ndarray
+    sd: np.ndarray
+    ends: tuple
+    fits: list
+    reach: float
+    apart: float
 
 
 def _anchor(ctx, u, scale, *, rng):
     r""":func:`coarse_pass`'s anchor: of ``tol.base_tries`` random configurations fitted within
     the noise, the best separated (smallest gap over largest :math:`|c_h|`), stretched to
-    ``tol.stretch`` nats and asked again (:func:`_stretch`); returns ``(q0, F, sd, ends, (C, c,
-    g, chi2), reach)`` of the stretched configuration, its heads sorted by position, ``reach``
-    the root mean square of the part of its positions that is linear in :math:`q` (all of them
-    without biases).
+    ``tol.stretch`` nats and asked again (:func:`_stretch`); returns its :class:`Anchor`.
 
     The stretched fit is judged on its own: its closest two steps at least
     ``tol.anchor_resolve`` standard deviations apart (:func:`~.fit.resolution`), and its
     :math:`\chi^2` within ``tol.trim_above`` times its degrees of freedom (a float32 layer's
     correct anchors reach 50 times, a wrong local minimum millions). When it is not, or when the
     origin cannot be fitted under a candidate's heights, the next best separated candidate is
-    stretched, and so on; the queries of the
-    stretched configurations after the first are reported with the redraws
-    (``ctx.retried``). The candidate's own positions are no test: its closest steps are the
-    least known (float32 layers, :math:`H=4`: candidates' positions up to 1.1 nats off where
-    the stretched fit was within 0.01).
+    stretched, and so on. When no stretched candidate resolves its steps alone, each in turn
+    (in the same order) is asked again at ``tol.restretch`` times its stretch and both are
+    fitted together (:func:`_restretch`): the first pair that resolves is the anchor. The
+    queries of the stretched configurations after the first, and of every restretched one,
+    are reported with the redraws (``ctx.retried``). The candidate's own positions are no test:
+    its closest steps are the least known (float32 layers, :math:`H=4`: candidates' positions
+    up to 1.1 nats off where the stretched fit was within 0.01).
 
     Raises
     ------
     IllConditionedError
         No candidate fitted within the noise, the origin not fitted (:func:`_origin`), or no
-        stretched candidate resolves its steps.
+        stretched candidate resolves its steps, alone or restretched.
     """
     d, H, tol = ctx.d, ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
@@ -165,7 +186,8 @@ def _anchor(ctx, u, scale, *, rng):
                                    rng=rng)
         chi2s.append(chi2)
         if chi2 <= chi2_ok:
-            sep = (np.min(np.diff(c)) if H > 1 else 1.0) / max(np.max(np.abs(c)), 1e-12)
+            seen = _seen(g, tol)
+            sep = (np.min(np.diff(c[seen])) if seen.sum() > 1 else 1.0) / max(np.max(np.abs(c[seen])), 1e-12)
             candidates.append((sep, q, c, g, (F, sd, e, C)))
     if not candidates:
         raise IllConditionedError(
@@ -173,32 +195,45 @@ def _anchor(ctx, u, scale, *, rng):
             f"degree of freedom {min(chi2s) / _dof(ctx, H):.3g}): the stated noise is too small, "
             "or the steps are beyond the window")
     candidates.sort(key=lambda t: -t[0])
-    origin_answers, retried, seen, origin_error = [], 0, [], None
+    origin_answers, retried, stretched, origin_error = [], 0, [], None
     for n, (_, q, c, g, fitted) in enumerate(candidates):
         before = ctx.ask.queries
         try:
-            stretched = _stretch(ctx, u, q, c, g, fitted, origin_answers, rng=rng)
+            anchor, origin = _stretch(ctx, u, q, c, g, fitted, origin_answers, rng=rng)
         except IllConditionedError as exc:  # the origin not fitted under this candidate's heights
             origin_error = exc
             continue
         finally:
             retried += (ctx.ask.queries - before) if n else 0
-        seen.append(stretched[-1])
-        if stretched[-1] >= tol.anchor_resolve:
+        if anchor.apart >= tol.anchor_resolve:
             ctx.retried += retried
-            return stretched[:-1]
-    if not seen:
+            return anchor
+        stretched.append((anchor, origin))
+    if not stretched:
         raise origin_error
+    for anchor, origin in stretched:  # none resolves alone: each with its steps stretched again
+        before = ctx.ask.queries
+        pair = _restretch(ctx, u, anchor, origin, rng=rng)
+        retried += ctx.ask.queries - before
+        if pair.apart >= tol.anchor_resolve:
+            ctx.retried += retried
+            return pair
+    best = max(max(a.apart for a, _ in stretched), pair.apart)
     raise IllConditionedError(
-        f"a group's anchor configuration, stretched, does not resolve its steps (of {len(seen)} candidates, the "
-        f"closest two at best {max(seen):.2g} standard deviations apart): its heads cannot be told apart at "
-        "this output error")
+        f"a group's anchor configuration, stretched, does not resolve its steps (of {len(stretched)} candidates, "
+        f"alone and stretched again by {tol.restretch:g}, the closest two at best {best:.2g} standard deviations "
+        "apart): its heads cannot be told apart at this output error")
+
+
+def _seen(g, tol):
+    """The steps of appreciable height, ``tol.faint_step`` of the largest or more."""
+    return np.abs(g) >= tol.faint_step * np.max(np.abs(g))
 
 
 def _stretch(ctx, u, q, c, g, fitted, origin_answers, *, rng):
     r""":func:`_anchor`'s candidate ``q`` (its fit ``c``, ``g`` and ``fitted`` = its ``(F, sd,
     ends, C)``) stretched so that its farthest step sits ``tol.stretch`` nats out, asked and
-    fitted; returns ``(q0, F, sd, ends, (C, c, g, chi2), reach, resolution)``.
+    fitted; returns its :class:`Anchor` and the group's origin (the positions at :math:`q=0`).
 
     With score biases :math:`b_h` (here so named: :math:`c_h` is a step's position) a step sits
     at :math:`-y_h^\top q-\kappa_h`, :math:`\kappa_h=u^\top b_h`: affine in :math:`q`, not
@@ -209,17 +244,57 @@ def _stretch(ctx, u, q, c, g, fitted, origin_answers, *, rng):
     H, tol = ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
     origin = _origin(ctx, u, g, (*fitted, c), origin_answers) if ctx.family.affine else np.zeros(H)
-    alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)), 1e-12), *tol.stretch_clip))
+    alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)[_seen(g, tol)]), 1e-12), *tol.stretch_clip))
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
     e = ctx.ends(u, q0)
-    pred = alpha * (c - origin) + origin if ctx.family.affine else alpha * c
+    pred = alpha * (c - origin) + origin
     order = np.argsort(pred)  # the candidate's heads, their heights with them
     single = fit_config(ctx.z, F, sd, H, ends=e, c0=pred[order], g0=g[order], chi2_ok=chi2_ok, rng=rng)
     # a fit far above its noise (a wrong local minimum) resolves nothing, however far apart its steps
     apart = resolution(ctx.z, sd, e, single[1], single[2], single[3]) if single[3] <= tol.trim_above * _dof(ctx, H) else 0.0
     reach = np.sqrt(np.mean((alpha * (c - origin)) ** 2)) if ctx.family.affine else np.sqrt(np.mean(single[1] ** 2))
-    return q0, F, sd, e, single, reach, apart
+    anchor = Anchor(Q=q0[None], F=F[None], sd=sd[None], ends=tuple(np.array([x]) for x in e), fits=[single],
+                    reach=float(reach), apart=float(apart))
+    return anchor, origin
+
+
+def _restretch(ctx, u, anchor, origin, *, rng):
+    r"""A stretched ``anchor`` that does not resolve its steps alone, stretched again: its
+    :math:`q_0` rescaled so that its farthest step *of appreciable height* (``tol.faint_step``
+    of the largest) sits ``tol.stretch`` nats out (a fit of crowded steps parks spare ones
+    far out with no height, and the first stretch followed them), asked there and at
+    ``tol.restretch`` times that, both fitted together with their positions tied and their
+    heights shared (:func:`~.fit.fit_stretches`; the steps at :math:`a(c_h-o_h)+o_h`,
+    ``origin`` :math:`o`), from the first fit's positions rescaled, AAA's of either
+    configuration, evenly spread ones and ``RANDOM_STARTS`` random ones. Returns the pair's
+    :class:`Anchor`. Every gap is wider in the second configuration, and the heights both share
+    fix the positions of the first (chapter 5b: the information of eight steps)."""
+    H, tol, a = ctx.H, ctx.tol, ctx.tol.restretch
+    _, c, g, _ = anchor.fits[0]
+    seen = _seen(g, tol)
+    beta = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)[seen]), 1e-12), *tol.stretch_clip))
+    Q = np.array([beta * anchor.Q[0], a * beta * anchor.Q[0]])
+    asked = [ctx.config(u, q) for q in Q]
+    F, sd = np.array([x[0] for x in asked]), np.array([x[1] for x in asked])
+    ends = tuple(np.array(x) for x in zip(*(ctx.ends(u, q) for q in Q)))
+    pred = np.sort(beta * (c - origin) + origin)
+    lo, hi = pred[seen[np.argsort(beta * (c - origin) + origin)]][[0, -1]]
+
+    def starts():
+        yield pred
+        for k, f in enumerate((1.0, a)):
+            yield np.sort((_aaa_start(ctx.z, F[k] - ends[0][k], H) - origin) / f + origin)
+        yield np.linspace(lo, hi, H)
+        yield from (np.sort(rng.uniform(-tol.stretch, tol.stretch, H)) for _ in range(RANDOM_STARTS))
+
+    chi2_ok = tol.chi2_factor * 2 * _dof(ctx, H)
+    C, c, g, chi2, apart = fit_stretches(ctx.z, F, sd, ends, (1.0, a), origin, starts(), chi2_ok=chi2_ok)
+    if not np.sum(chi2) <= tol.trim_above * 2 * _dof(ctx, H):  # a wrong local minimum resolves nothing
+        apart = 0.0
+    fits = [(C[0], c, g, chi2[0]), (C[1], a * (c - origin) + origin, g, chi2[1])]
+    reach = np.sqrt(np.mean((beta * (anchor.fits[0][1] - origin)) ** 2))
+    return Anchor(Q=Q, F=F, sd=sd, ends=ends, fits=fits, reach=float(reach), apart=float(apart))
 
 
 def _origin(ctx, u, g, candidate, answers=None):
