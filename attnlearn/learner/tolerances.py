@@ -492,7 +492,7 @@ class LongTolerances:
     holdout_length: int = 16
     batch_floats: int = 2**19
     anchored_heads: int = 3
-    base_tries: int = 4
+    base_tries: int = 8
     stretch: float = 6.0
     stretch_clip: tuple = (1 / 8, 8)
     anchor_resolve: float = 4.0

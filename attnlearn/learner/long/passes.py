@@ -205,12 +205,13 @@ def _anchor(ctx, u, scale, *, rng):
             continue
         finally:
             retried += (ctx.ask.queries - before) if n else 0
-        if anchor.apart >= tol.anchor_resolve:
-            ctx.retried += retried
-            return anchor
         stretched.append((anchor, origin))
     if not stretched:
         raise origin_error
+    resolved = [a for a, _ in stretched if a.apart >= tol.anchor_resolve]
+    if resolved:  # of those that resolve their steps, the widest closest gap: the nudges scale with it
+        ctx.retried += retried
+        return max(resolved, key=lambda a: np.min(np.diff(a.fits[0][1])) if H > 1 else 0.0)
     for anchor, origin in stretched:  # none resolves alone: each with its steps stretched again
         before = ctx.ask.queries
         pair = _restretch(ctx, u, anchor, origin, rng=rng)
@@ -285,6 +286,9 @@ def _restretch(ctx, u, anchor, origin, *, rng):
         yield pred
         for k, f in enumerate((1.0, a)):
             yield np.sort((_aaa_start(ctx.z, F[k] - ends[0][k], H) - origin) / f + origin)
+        for k, f in enumerate((1.0, a)):  # each fitted alone, from its own starts
+            alone = fit_config(ctx.z, F[k], sd[k], H, ends=tuple(e[k] for e in ends), chi2_ok=chi2_ok / 2, rng=rng)
+            yield np.sort((alone[1] - origin) / f + origin)
         yield np.linspace(lo, hi, H)
         yield from (np.sort(rng.uniform(-tol.stretch, tol.stretch, H)) for _ in range(RANDOM_STARTS))
 
