@@ -381,12 +381,21 @@ class LongTolerances:
         random one (:func:`~.long.random_pass`: measured 20/20 at :math:`H=2`, :math:`d=16`,
         against 14/20 anchored).
     base_tries : int
-        Coarse pass: random candidates for a group's anchor configuration (4); the best
-        separated one (smallest gap over largest step position) is stretched first, the others
-        in that order while the stretched fit does not resolve its steps.
+        Coarse pass: random candidates for a group's anchor configuration (8), each stretched;
+        of those whose stretched fit resolves its steps the one with the widest closest gap is
+        the anchor. With four, on a float64 layer of width 128 with eight heads (128-token
+        queries, ``benchmarks/scale.py`` seed 3), the first groups often had no candidate left
+        that resolved (of four, only one or two fitted within the noise); with eight, the first
+        ten groups each found their anchor at the first draw.
     stretch : float
         ... its :math:`q` is scaled so that its farthest step sits 6 nats out (the window is
         8.3 nats on each side at :math:`L=4096`): the gaps grow with it.
+    faint_step : float
+        ... its farthest step *of appreciable height*: 0.02 of the largest or more. A fit of
+        crowded steps parks spare ones far out with almost no height (float64, width 128,
+        eight heads: the candidates' real steps within 0.4 nat of the origin, two parked 2 to 3
+        nats out with heights below 1e-3), and a stretch set by them left the real steps
+        crowded.
     stretch_clip : tuple of float
         Bounds of that scaling (1/8..8).
     anchor_resolve : float
@@ -401,10 +410,11 @@ class LongTolerances:
         stretched fits, 16 layers) the separation is not as clean: 9 fits more than 0.1 nat off
         scored 4 or more (7 of them within 0.25 nat, where the nearest step still labels; two
         0.8 and 2.1 nats off, their fate downstream not traced), and at least 15 of the 275
-        within 0.05 nat scored below 4 (the next candidate is then stretched).
+        within 0.05 nat scored below 4 (another candidate is then taken).
     restretch : float
-        When no stretched candidate resolves its steps alone, each is asked again at twice its
-        stretch and fitted together with it, positions tied and heights shared
+        When no stretched candidate resolves its steps alone, each is asked again (at its
+        stretch and at twice that) and the two are fitted together, positions tied and heights
+        shared
         (:func:`~.long.fit.fit_stretches`): every gap twice as wide, the heights fixed by both
         (chapter 5b, at the truth on twenty eight-head anchors at float32 noise: the closest
         pair 0.64 standard deviations apart alone, 160 together).

@@ -23,11 +23,12 @@ the paper's :math:`2H` copies see :math:`\log 2H`. The stages (chapter 5b):
    the same in every configuration of a group (it labels the heads there) and :math:`c_h` is
    linear in :math:`q`, so :math:`y_{h,k}=W_h^\top u_k` comes from a weighted least-squares fit
    over the group (:func:`~.solve.regress_y`).
-4. :func:`~.passes.coarse_pass`, anchored: the best separated of a few random :math:`q` (each fitted
-   alone: AAA start, :class:`scipy.interpolate.AAA`, poles :math:`w=-e^{c_h}` in :math:`w=t/s`,
-   then weighted Levenberg–Marquardt, :func:`scipy.optimize.least_squares`) is stretched so its
-   steps span the window (kept when its own fit resolves them, :func:`~.fit.resolution`, else
-   the next best separated is stretched), then :math:`2d` nudged :math:`q_0+\eta w_j` are fitted from its
+4. :func:`~.passes.coarse_pass`, anchored: a few random :math:`q` (each fitted alone: AAA start,
+   :class:`scipy.interpolate.AAA`, poles :math:`w=-e^{c_h}` in :math:`w=t/s`, then weighted
+   Levenberg–Marquardt, :func:`scipy.optimize.least_squares`) are stretched so their steps span
+   the window, and of those whose own fit resolves them (:func:`~.fit.resolution`) the widest
+   spaced is the anchor (when none does, each is asked again at twice its stretch and fitted
+   with it, :func:`~.fit.fit_stretches`), then :math:`2d` nudged :math:`q_0+\eta w_j` are fitted from its
    positions and labelled by the nearest of them (continuity, not clustering of
    :math:`\gamma`: at :math:`H\ge4` random :math:`q` put two steps within half a nat in most
    configurations); then one joint fit of the group with shared :math:`\gamma`
