@@ -424,6 +424,10 @@ class LongTolerances:
         every step ...
     nudge_max : float
         ... and by at most 1 nat (one head, or widely separated ones).
+    label_heights : float
+        A nudged configuration fitted from its anchor's positions under its heights keeps
+        their labels when its heights end within 0.05 of their root mean square of the
+        anchor's (else it is labelled by the nearest anchor step).
     trim_above : float
         :func:`~.long._trim` acts on a group whose reduced :math:`\chi^2` exceeds 1000 after
         the repairs: measured, groups contaminated by a wrong local minimum sit at 8e4 to 1e14
@@ -510,6 +514,7 @@ class LongTolerances:
     faint_step: float = 0.02
     nudge: float = 0.15
     nudge_max: float = 1.0
+    label_heights: float = 0.05
     trim_above: float = 1000.0
     trim_factor: float = 10.0
     trim_keep: float = 0.5

@@ -119,7 +119,7 @@ def _under_heights(z, F, sd, ends, g, c0):
     return sol.x[1:]
 
 
-def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
+def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None, labelled=False):
     r"""Fit one configuration, :math:`F\approx C+\sum_h\gamma_h\sigma(c_h-z)`, weighted by ``sd``,
     with the two ends as pseudo-observations (``ends``, ``(Vq, Vq_sd, Vx, Vx_sd)``:
     :math:`C=V^\top q`, :math:`C+\sum\gamma=V^\top x` and their standard deviations) and a weak
@@ -129,7 +129,9 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
     Starts from AAA (or ``c0``; with heights ``g0`` known, such as a group's anchor's, first
     from ``c0`` moved to fit the answers under those heights, :func:`_under_heights`, then from
     ``c0`` itself when ``chi2_ok`` is given), then Levenberg–Marquardt (:func:`scipy.optimize.least_squares`,
-    ``method="lm"``). When the :math:`\chi^2` exceeds ``chi2_ok`` (a local minimum), more starts
+    ``method="lm"``). With ``labelled`` (``c0`` and ``g0`` given), that first start is the only
+    one and the heads are returned in the order of ``c0``: the heights held on the way there
+    keep every step with its head's height, so its label. When the :math:`\chi^2` exceeds ``chi2_ok`` (a local minimum), more starts
     are tried: the :math:`H`-subsets of AAA's :math:`H+1` poles, and :data:`RANDOM_STARTS` random sorted
     positions in the middle of the window (from ``rng``). Every start runs
     :data:`SCOUT_EVALUATIONS` per parameter, until one is within ``chi2_ok``; the best is then
@@ -169,6 +171,8 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
     def starts():
         if c0 is not None and g0 is not None:
             yield _under_heights(z, F, sd, ends, np.asarray(g0, dtype=float), np.asarray(c0, dtype=float))
+        if labelled:
+            return
         yield _aaa_start(z, F - Vq, H) if c0 is None else np.asarray(c0, dtype=float)
         if chi2_ok is None:
             return
@@ -179,7 +183,7 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None):
     best = _scout(run, (start(c) for c in starts()), chi2_ok, EVALUATIONS)
     x = best[0]
     C, c, g = x[0], x[1:H + 1], x[H + 1:]
-    order = np.argsort(c)
+    order = np.arange(H) if labelled else np.argsort(c)
     return C, c[order], g[order], best[1]
 
 
