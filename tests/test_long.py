@@ -436,6 +436,35 @@ def test_trim_frees_the_heights_of_a_contaminated_group():
     assert long_passes._trim(ctx, F, sd, ends, clean) is clean
 
 
+def test_repair_never_leaves_a_configuration_worse(monkeypatch):
+    """_repair: a configuration above the noise is refitted under the group's heights from its own
+    positions first (then their orders); a refit whose chi2 is not below the configuration's
+    is dropped, and its positions stay as they were."""
+    ctx, F, sd, ends, fit, g, c = _contaminated_group()
+    bad = np.flatnonzero(~(fit.chi2 <= ctx.tol.chi2_factor * (len(ctx.z) + 2)))
+    assert len(bad)
+    firsts, seen = [], []
+    real = long_passes._positions_only
+
+    def worse(z, Fj, sdj, gj, starts, e, j, *, limit):
+        firsts.append(np.array(starts[0]))
+        return starts[0] + 1.0, 0.0, np.inf  # a refit far off, its chi2 infinite
+
+    def group(ctx, F, sd, ends, g, C, c):
+        seen.append(c.copy())
+        return fit
+
+    monkeypatch.setattr(long_passes, "_positions_only", worse)
+    monkeypatch.setattr(long_passes, "_fit_group_checked", group)
+    long_passes._repair(ctx, F, sd, ends, fit)
+    assert len(firsts) == len(bad) and all(np.array_equal(f, fit.c[j]) for f, j in zip(firsts, bad))
+    assert np.array_equal(seen[0], fit.c)  # nothing replaced
+    monkeypatch.setattr(long_passes, "_positions_only", real)
+    seen.clear()
+    long_passes._repair(ctx, F, sd, ends, fit)
+    assert not np.array_equal(seen[0][bad], fit.c[bad])  # a real refit, below the old chi2, is kept
+
+
 def _bare_context(d):
     """A long-design context for :func:`draw_groups` alone (``_group`` patched: nothing asked)."""
 
@@ -1051,3 +1080,16 @@ def test_a_group_left_far_above_its_noise_is_drawn_again(monkeypatch):
     with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: a group's joint fit stays at inf "
                                                   r"times its noise \(reduced chi2\) after its repairs"):
         learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
+
+
+def test_fit_config_labelled_keeps_the_starts_order():
+    """labelled=True: one start, c0 moved under the heights g0, and the heads returned in c0's
+    order (here the close pair given reversed, heights with them, stays reversed); without c0 or
+    g0 it is refused."""
+    z, F, sd, ends, c_true, g_true = _close_pair()
+    order = np.array([0, 2, 1, 3])  # the close pair's labels swapped
+    C, c, g, chi2 = fit_config(z, F, sd, 4, ends=ends, c0=c_true[order] + 0.01, g0=g_true[order], chi2_ok=1e4,
+                               labelled=True)
+    assert np.allclose(c, c_true[order], atol=1e-6) and np.allclose(g, g_true[order], atol=1e-6) and chi2 < 1e4
+    with pytest.raises(ValueError, match="labelled=True needs the positions c0 and the heights g0"):
+        fit_config(z, F, sd, 4, ends=ends, c0=c_true, labelled=True)

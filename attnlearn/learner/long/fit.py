@@ -150,6 +150,8 @@ def fit_config(z, F, sd, H, *, ends, c0=None, g0=None, chi2_ok=None, rng=None, l
 
     Used in: chapter 5b.
     """
+    if labelled and (c0 is None or g0 is None):
+        raise ValueError("fit_config: labelled=True needs the positions c0 and the heights g0 whose labels it keeps")
     Vq, Vq_sd, Vx, Vx_sd = ends
 
     def res(p):
