@@ -253,7 +253,7 @@ def fit_stretches(z, F, sd, ends, factors, origin, starts, *, chi2_ok=None):
     trade off against their positions. At twice the stretch their gap is twice as wide while
     the heights are the same: tied together, the pair fixes the heights, and through them the
     positions (chapter 5b, at the truth on twenty eight-head anchors: the closest pair a median
-    0.64 standard deviations apart alone, 160 with the same :math:`q` at twice the stretch).
+    5.7 standard deviations apart alone, 720 with the same :math:`q` at twice the stretch).
 
     Used in: chapter 5b (the anchor of :func:`~.passes.coarse_pass` at eight heads).
     """
