@@ -82,8 +82,8 @@ def coarse_pass(ctx, u, scale, *, rng, dim=None):
        bases): :math:`\eta` moves the steps by about ``tol.nudge`` of the anchor's smallest gap;
        every configuration's fit starts at the anchor's positions moved under its heights, so
        each step keeps its head's height and label (chapter 5b: with the heights known, the
-       closest two steps of eight are told apart by a thousand standard deviations, alone by
-       less than one); a configuration whose fit from there stays above the noise, or ends
+       closest two steps of eight are told apart by thousands of standard deviations, alone by
+       a few); a configuration whose fit from there stays above the noise, or ends
        with a head's height more than ``tol.label_heights`` of their root mean square from the
        anchor's (two heads traded places on the way), is fitted
        from the other starts of :func:`~.fit.fit_config`, its heads labelled by the nearest
