@@ -42,7 +42,16 @@ LongTolerances.rounding = 1/2):
              queries/4Hd^2 11.7 longest 4096 36.6 s/model raised: none
              (on code f56eefa: 20/20, 1/20 to 1e-6, median 2.7e-6, 9.6 x 4Hd^2; on 2026-12-03's
              code: 19/20, 4/20 to 1e-6, median 3.7e-6, 1 IllConditionedError)
-    --row 8,16,6e-8,20 (benchmarks/results/noise_design_H8_d16.json; re-run 2026-12-06 on code
+    --row 8,16,6e-8,5 (benchmarks/results/noise_design_H8_d16.json; 2026-12-07, code c9a4b08, five
+    models, stopped there for time: eight anchor candidates stretched by their steps of appreciable
+    height, a pair at two stretches when none resolves alone, nudged configurations fitted under the
+    anchor's heights): goal NOT met
+    H=8 d=16 eps=6e-08 ok(1e-3) 0/5 ok(1e-6) 0/5 median - beyond 10x est 0 max e/est -
+             queries/4Hd^2 - longest None 361.3 s/model raised: IllConditionedError 5
+             (none at an anchor: in groups 4, 5, 8, 13 and 14 of 16, four with a joint fit left
+             2e4 to 7e9 times above its noise after its repairs, one with a head's positions not
+             linear in q). The rows above (H = 1, 2, 4) were not re-run on this code.
+    Before, the 20-model row (code
     bc88993, --workers 1: the stretched anchor kept when its own fit resolves its steps, else the
     next candidate; a group that sees one head faintly drawn again): goal (10/20) NOT met
     H=8 d=16 eps=6e-08 ok(1e-3) 0/20 ok(1e-6) 0/20 median - beyond 10x est 0 max e/est -

@@ -53,7 +53,14 @@ faintly drawn again, ``LongTolerances.faint_head``; its stretched anchor kept wh
 resolves its steps, else the next candidate). H = 1 and 2 on code f56eefa (their learner is the
 same since: neither change reaches groups of one or two heads): H = 1 20/20 to 1e-3 (median 1.1e-5,
 18552 queries per layer, 2 s each), H = 2 19/20 (median 3.5e-5, 23654, 3 s), 0 raised, 0 silent.
-H = 4 and 8 on code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
+(Code c9a4b08 changed ``_repair``, which groups of one or two heads also call: a refit kept only
+where it lowers a configuration's chi2; those rows were not re-run.)
+H = 4 on code c9a4b08 (eight anchor candidates, each stretched by its steps of appreciable height,
+the resolved one with the widest closest gap kept, a pair at two stretches when none resolves;
+nudged configurations fitted under the anchor's heights): 17/20 (all 20 returned, median 2.8e-4,
+44036 queries, 19 s; largest error/estimate 0.73, max 54928 queries). H = 8 was started on that
+code and stopped after 40 CPU minutes without its record (not archived); its file is from code
+24b7db1. On code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
 18/20 (all 20 returned, median 3.4e-4, 38954 queries, 18 s; largest error/estimate 0.78; without
 the faint-head redraw, code 7eb6b6f, run not archived: 11/20, median 7.7e-4, 33662 queries; the
 archived run before it, code f56eefa: 11/20, median 8.6e-4, 33676 queries); H = 8 0/20 (all 20 raised
