@@ -207,15 +207,15 @@ def _anchor(ctx, u, scale, *, rng):
             "or the steps are beyond the window")
     candidates.sort(key=lambda t: -t[0])
     origin_answers, retried, stretched, origin_error = [], 0, [], None
-    for n, (_, q, c, g, fitted) in enumerate(candidates):
+    for _, q, c, g, fitted in candidates:
         before = ctx.ask.queries
         try:
             anchor, origin = _stretch(ctx, u, q, c, g, fitted, origin_answers, rng=rng)
         except IllConditionedError as exc:  # the origin not fitted under this candidate's heights
             origin_error = exc
             continue
-        finally:
-            retried += (ctx.ask.queries - before) if n else 0
+        finally:  # the first stretched configuration asked (and the origin) are the design's
+            retried += (ctx.ask.queries - before) if stretched else 0
         stretched.append((anchor, origin))
     if not stretched:
         raise origin_error
