@@ -224,8 +224,9 @@ def fit_stretches(z, F, sd, ends, factors, origin, starts, *, chi2_ok=None):
     zero without score biases), every configuration with its own constant and the heights
     shared. Weighted Levenberg–Marquardt, the ends and the prior as in :func:`fit_config`,
     from each of ``starts`` (the first configuration's positions; the heights and constants
-    solved linearly) for :data:`SCOUT_EVALUATIONS` per parameter until one is within
-    ``chi2_ok`` (the sum over the configurations), the best carried on (:data:`EVALUATIONS`).
+    solved linearly), every one run to :data:`EVALUATIONS` per parameter; of the fits within
+    ``chi2_ok`` (the sum over the configurations) the best resolved is kept, else the one of
+    lowest :math:`\chi^2`.
 
     Parameters
     ----------

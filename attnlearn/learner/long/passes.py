@@ -223,6 +223,7 @@ def _anchor(ctx, u, scale, *, rng):
     if resolved:  # of those that resolve their steps, the widest closest gap: the nudges scale with it
         ctx.retried += retried
         return max(resolved, key=lambda a: np.min(np.diff(a.fits[0][1])) if H > 1 else 0.0)
+    best = max(a.apart for a, _ in stretched)
     for anchor, origin in stretched:  # none resolves alone: each with its steps stretched again
         before = ctx.ask.queries
         pair = _restretch(ctx, u, anchor, origin, rng=rng)
@@ -230,7 +231,7 @@ def _anchor(ctx, u, scale, *, rng):
         if pair.apart >= tol.anchor_resolve:
             ctx.retried += retried
             return pair
-    best = max(max(a.apart for a, _ in stretched), pair.apart)
+        best = max(best, pair.apart)
     raise IllConditionedError(
         f"a group's anchor configuration, stretched, does not resolve its steps (of {len(stretched)} candidates, "
         f"alone and stretched again by {tol.restretch:g}, the closest two at best {best:.2g} standard deviations "
@@ -240,6 +241,12 @@ def _anchor(ctx, u, scale, *, rng):
 def _seen(g, tol):
     """The steps of appreciable height, ``tol.faint_step`` of the largest or more."""
     return np.abs(g) >= tol.faint_step * np.max(np.abs(g))
+
+
+def _stretch_factor(c, g, origin, tol):
+    """The factor that puts the farthest step of appreciable height (:func:`_seen`) ``tol.stretch``
+    nats from the origin's, clipped to ``tol.stretch_clip``."""
+    return float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)[_seen(g, tol)]), 1e-12), *tol.stretch_clip))
 
 
 def _stretch(ctx, u, q, c, g, fitted, origin_answers, *, rng):
@@ -256,7 +263,7 @@ def _stretch(ctx, u, q, c, g, fitted, origin_answers, *, rng):
     H, tol = ctx.H, ctx.tol
     chi2_ok = tol.chi2_factor * _dof(ctx, H)
     origin = _origin(ctx, u, g, (*fitted, c), origin_answers) if ctx.family.affine else np.zeros(H)
-    alpha = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)[_seen(g, tol)]), 1e-12), *tol.stretch_clip))
+    alpha = _stretch_factor(c, g, origin, tol)
     q0 = alpha * q
     F, sd = ctx.config(u, q0)
     e = ctx.ends(u, q0)
@@ -284,14 +291,14 @@ def _restretch(ctx, u, anchor, origin, *, rng):
     fix the positions of the first (chapter 5b: the information of eight steps)."""
     H, tol, a = ctx.H, ctx.tol, ctx.tol.restretch
     _, c, g, _ = anchor.fits[0]
-    seen = _seen(g, tol)
-    beta = float(np.clip(tol.stretch / max(np.max(np.abs(c - origin)[seen]), 1e-12), *tol.stretch_clip))
+    beta = _stretch_factor(c, g, origin, tol)
     Q = np.array([beta * anchor.Q[0], a * beta * anchor.Q[0]])
     asked = [ctx.config(u, q) for q in Q]
     F, sd = np.array([x[0] for x in asked]), np.array([x[1] for x in asked])
     ends = tuple(np.array(x) for x in zip(*(ctx.ends(u, q) for q in Q)))
-    pred = np.sort(beta * (c - origin) + origin)
-    lo, hi = pred[seen[np.argsort(beta * (c - origin) + origin)]][[0, -1]]
+    moved = beta * (c - origin) + origin
+    pred, seen = np.sort(moved), moved[_seen(g, tol)]
+    lo, hi = np.min(seen), np.max(seen)
 
     def starts():
         yield pred
