@@ -7,6 +7,7 @@
     python benchmarks/torch_layers.py --vector            # readout=None: value-output maps, H = 2, d = 8
     python benchmarks/torch_layers.py --bias drawn --heads 1 2   # bias=True, biases drawn N(0, 1), learn(bias=True)
     python benchmarks/torch_layers.py --heads 4 --json out.json  # ... and save every run (chapter 7 loads them)
+    python benchmarks/torch_layers.py --heads 8 --models 10 --first 10 --json b.json   # models 10..19 only
     python benchmarks/torch_layers.py --modes "robust, max_length=4096"   # robust mode's fallback to design="long"
     python benchmarks/torch_layers.py --modes extract     # attnlearn.torch.extract(module, readout=r): its own plan
     python benchmarks/torch_layers.py --init small        # projections drawn N(0, 0.02^2) (the GPT-2/BERT convention)
@@ -186,10 +187,16 @@ def record(d, H, i, r, *, mode, dtype, bias, init):
     return out
 
 
-def row(d, H, models, *, mode, dtype, bias="none", init="default", records=None):
-    runs = [run(d, H, i, mode=mode, dtype=dtype, bias=bias, init=init) for i in range(models)]
-    if records is not None:
-        records.extend(record(d, H, i, r, mode=mode, dtype=dtype, bias=bias, init=init) for i, r in enumerate(runs))
+def row(d, H, models, *, mode, dtype, bias="none", init="default", records=None, first=0, save=None):
+    """One row of the table: models ``first`` .. ``first + models - 1``, each appended to
+    ``records`` and ``save()`` called as it ends (a long row keeps what it has measured)."""
+    runs = []
+    for i in range(first, first + models):
+        runs.append(run(d, H, i, mode=mode, dtype=dtype, bias=bias, init=init))
+        if records is not None:
+            records.append(record(d, H, i, runs[-1], mode=mode, dtype=dtype, bias=bias, init=init))
+        if save is not None:
+            save()
     ret = [r for r in runs if "error" in r]
     errs = [r["error"] for r in ret]
     good = sum(e <= target(H, dtype) for e in errs)
@@ -236,6 +243,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, default=16)
     ap.add_argument("--models", type=int, default=20)
+    ap.add_argument("--first", type=int, default=0, help="the first model's seed (a row in parts)")
     ap.add_argument("--heads", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--modes", nargs="+", choices=list(MODES), default=None,
@@ -249,6 +257,8 @@ def main():
     args = ap.parse_args()
     if args.json and args.vector:
         ap.error("--json records the scalar rows only (not --vector)")
+    if args.first and args.vector:
+        ap.error("--first parts the scalar rows only (not --vector)")
     args.modes = args.modes or ["default", "search", "robust", "robust+search"]
     if args.vector and any("design" in MODES[m] or "max_length" in MODES[m] or m == "extract" for m in args.modes):
         ap.error("--vector learns with the paper's design only (learn_vector): not the long modes")
@@ -270,13 +280,15 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
     records = [] if args.json else None
+
+    def save():  # after every model: a long run keeps what it has measured
+        with open(args.json, "w") as fh:
+            json.dump(records, fh, indent=1)
+
     for H in args.heads:
         for mode in args.modes:
             print(row(args.d, H, args.models, mode=mode, dtype=args.dtype, bias=args.bias, init=args.init,
-                      records=records), flush=True)
-            if args.json:  # after every row: a long run keeps what it has measured
-                with open(args.json, "w") as fh:
-                    json.dump(records, fh, indent=1)
+                      records=records, first=args.first, save=save if args.json else None), flush=True)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 

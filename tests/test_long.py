@@ -896,9 +896,10 @@ def _anchors(monkeypatch):
     kept, stretched = [], []
     real_anchor, real_stretch = long_passes._anchor, long_passes._stretch
 
-    def anchor(*args, **kw):
-        kept.append(real_anchor(*args, **kw))
-        return kept[-1]
+    def anchor(*args, **kw):  # the first anchor, the one coarse_pass nudges unless it loses its labels
+        found = real_anchor(*args, **kw)
+        kept.append(found[0])
+        return found
 
     def stretch(*args, **kw):
         stretched.append(real_stretch(*args, **kw)[0])
@@ -960,6 +961,47 @@ def test_unresolved_candidates_are_stretched_again_and_fitted_in_pairs(monkeypat
     with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: a group's anchor configuration, stretched, "
                                                   r"does not resolve its steps \(of 8 candidates, alone and stretched "
                                                   r"again by 2, the closest two at best 0 standard deviations"):
+        learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
+
+
+def test_an_anchor_whose_nudges_lose_its_labels_gives_way_to_the_next(monkeypatch):
+    """When not one of an anchor's first tol.anchor_check nudged configurations is fitted within
+    the noise from its start (a wrong local minimum resolved as an anchor), the next anchor that resolves is nudged
+    instead, the abandoned nudges reported with the redraws and the design's count long_cost's;
+    when every anchor loses its labels, the group is drawn again, and after two redraws the
+    learner raises."""
+    d, H, L = 4, 3, 256
+    M = random_model(H, d, seed=2)
+    tol = LongTolerances()
+    R = len(ratio_grid(L, tol.ratios(H))[0])
+    monkeypatch.setattr(long_run, "_faintness", lambda group: 1.0)
+    real_fit, real_nudged, calls, outcomes = long_passes.fit_config, long_passes._nudged, [], []
+
+    def lost(*args, **kw):  # the first anchor of every group loses its labels
+        out = real_fit(*args, **kw)
+        if kw.get("labelled") and calls[-1] == 1:
+            return (*out[:3], np.inf)
+        return out
+
+    def nudged(ctx, u, anchor, Wd, *, rng):
+        calls.append(1 if not calls or outcomes[-1] is not None else calls[-1] + 1)
+        outcomes.append(real_nudged(ctx, u, anchor, Wd, rng=rng))
+        return outcomes[-1]
+
+    monkeypatch.setattr(long_passes, "fit_config", lost)
+    monkeypatch.setattr(long_passes, "_nudged", nudged)
+    rec = learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
+    given_up = [o is None for o in outcomes]
+    assert calls.count(1) == d and all(given_up[k] for k, c in enumerate(calls) if c == 1)  # every group's first
+    assert all(given_up[k] != (k + 1 == len(calls) or calls[k + 1] == 1) for k in range(len(calls)))  # its last kept
+    assert rec.queries["design"] == sum(long_cost(d, H, L, tol=tol)[0].values())
+    assert rec.queries["redraws"] == (d * (tol.base_tries - 1) + sum(given_up) * tol.anchor_check) * R
+    assert rec.diagnostics.redrawn == [] and param_error(rec.model, M) <= rec.error_estimate
+
+    monkeypatch.setattr(long_passes, "fit_config", lambda *a, **kw: (*real_fit(*a, **kw)[:3], np.inf)
+                        if kw.get("labelled") else real_fit(*a, **kw))
+    with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: none of a group's anchors holds: not "
+                                                  r"one of the first 4 nudged configurations of each was fitted"):
         learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
 
 
@@ -1062,10 +1104,10 @@ def test_a_group_left_far_above_its_noise_is_drawn_again(monkeypatch):
     M = random_model(H, d, seed=1)
     real, calls = long_run._trim, []
 
-    def contaminated_once(*args):
+    def contaminated_once(*args):  # the group's first draw: both of _joint's routes stay contaminated
         fit = real(*args)
         calls.append(fit.reduced)
-        if len(calls) == 1:
+        if len(calls) <= 2:
             fit.reduced = 10 * LongTolerances().trim_above
         return fit
 
@@ -1075,11 +1117,67 @@ def test_a_group_left_far_above_its_noise_is_drawn_again(monkeypatch):
     assert rec.diagnostics.redrawn == ["group(1)"]
     assert rec.queries["redraws"] == 2 * LongTolerances().per_group(d) * R  # one group's two passes
     assert rec.queries["design"] == sum(long_cost(d, H, L, tol=LongTolerances())[0].values())
-    assert len(calls) == d + 1 and param_error(rec.model, M) <= rec.error_estimate
+    assert len(calls) == d + 2 and param_error(rec.model, M) <= rec.error_estimate
     monkeypatch.setattr(long_run, "_trim", lambda *args: dataclasses.replace(real(*args), reduced=np.inf))
     with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: a group's joint fit stays at inf "
                                                   r"times its noise \(reduced chi2\) after its repairs"):
         learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
+
+
+def _both_passes():
+    """A four-head group at float32-level noise through both passes, as ``_passes`` joins them:
+    the context, the model, ``u``, the answers and ``_joint``'s arguments."""
+    from attnlearn.learner.long.solve import regress_y
+
+    ctx, model = _group_context(4, 4, 3, F32)
+    scale, _ = long_passes.probe_scale(ctx, rng=ctx.rng)
+    u = long_passes._unit(ctx.rng, 4) * scale
+    Q1, F1, sd1, e1, fit1 = long_passes.coarse_pass(ctx, u, scale, rng=ctx.rng)
+    Y1 = regress_y(Q1, fit1, tol=ctx.tol)[0]
+    Q2, F2, sd2, e2, pred = long_passes.placed_pass(ctx, u, Y1, scale, rng=ctx.rng)
+    F, sd = np.vstack([F1, F2]), np.vstack([sd1, sd2])
+    ends = tuple(np.concatenate([a, b]) for a, b in zip(e1, e2))
+    return ctx, model, u, (F, sd, ends, fit1, np.concatenate([fit1.C, e2[0]]), np.vstack([fit1.c, pred]))
+
+
+def test_joint_places_the_second_pass_under_the_first_pass_heights_when_it_fails(monkeypatch):
+    """_joint: a group fitted jointly from every configuration's positions is returned as it is;
+    when that route fails (singular here), the second pass's configurations are placed under the
+    first pass's heights (_repair from their predicted positions, chi2 unknown) and the group
+    fitted from there: within the noise, the heights the truth's; when both routes fail, the
+    first route's error is raised; of two fits above trim_above the lower is kept."""
+    ctx, model, u, args = _both_passes()
+    F, sd, ends, fit1, C0, c0 = args
+    m1, limit = len(fit1.c), ctx.tol.chi2_factor
+    plain = long_run._joint(ctx, *args)
+    assert plain.reduced <= limit
+    g_true = np.sort(-(model.v @ u))
+    real_group, real_repair, real_trim = long_run._fit_group_checked, long_run._repair, long_run._trim
+    held = []
+
+    def singular(*a):
+        raise IllConditionedError("plain route singular")
+
+    def spy(ctx, F, sd, ends, fit):
+        held.append(fit.chi2.copy())
+        return real_repair(ctx, F, sd, ends, fit)
+
+    monkeypatch.setattr(long_run, "_fit_group_checked", singular)
+    monkeypatch.setattr(long_run, "_repair", spy)
+    placed = long_run._joint(ctx, *args)
+    assert placed.reduced <= limit
+    assert np.allclose(np.sort(placed.g), g_true, rtol=1e-3)
+    assert np.all(np.isfinite(held[0][:m1])) and np.all(np.isinf(held[0][m1:]))
+    monkeypatch.setattr(long_passes, "_fit_group_checked", lambda *a: (_ for _ in ()).throw(
+        IllConditionedError("placed route singular")))
+    with pytest.raises(IllConditionedError, match="plain route singular"):
+        long_run._joint(ctx, *args)
+    monkeypatch.setattr(long_passes, "_fit_group_checked", real_group)
+    monkeypatch.setattr(long_run, "_fit_group_checked", real_group)
+    for first, second, kept in [(1e5, 1e6, 1e5), (1e6, 1e5, 1e5)]:
+        values = iter([first, second])
+        monkeypatch.setattr(long_run, "_trim", lambda *a: dataclasses.replace(real_trim(*a), reduced=next(values)))
+        assert long_run._joint(ctx, *args).reduced == kept
 
 
 def test_fit_config_labelled_keeps_the_starts_order():
