@@ -1104,10 +1104,10 @@ def test_a_group_left_far_above_its_noise_is_drawn_again(monkeypatch):
     M = random_model(H, d, seed=1)
     real, calls = long_run._trim, []
 
-    def contaminated_once(*args):  # the group's first draw: both of _joint's routes stay contaminated
+    def contaminated_once(*args):
         fit = real(*args)
         calls.append(fit.reduced)
-        if len(calls) <= 2:
+        if len(calls) == 1:
             fit.reduced = 10 * LongTolerances().trim_above
         return fit
 
@@ -1117,67 +1117,11 @@ def test_a_group_left_far_above_its_noise_is_drawn_again(monkeypatch):
     assert rec.diagnostics.redrawn == ["group(1)"]
     assert rec.queries["redraws"] == 2 * LongTolerances().per_group(d) * R  # one group's two passes
     assert rec.queries["design"] == sum(long_cost(d, H, L, tol=LongTolerances())[0].values())
-    assert len(calls) == d + 2 and param_error(rec.model, M) <= rec.error_estimate
+    assert len(calls) == d + 1 and param_error(rec.model, M) <= rec.error_estimate
     monkeypatch.setattr(long_run, "_trim", lambda *args: dataclasses.replace(real(*args), reduced=np.inf))
     with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: a group's joint fit stays at inf "
                                                   r"times its noise \(reduced chi2\) after its repairs"):
         learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
-
-
-def _both_passes():
-    """A four-head group at float32-level noise through both passes, as ``_passes`` joins them:
-    the context, the model, ``u``, the answers and ``_joint``'s arguments."""
-    from attnlearn.learner.long.solve import regress_y
-
-    ctx, model = _group_context(4, 4, 3, F32)
-    scale, _ = long_passes.probe_scale(ctx, rng=ctx.rng)
-    u = long_passes._unit(ctx.rng, 4) * scale
-    Q1, F1, sd1, e1, fit1 = long_passes.coarse_pass(ctx, u, scale, rng=ctx.rng)
-    Y1 = regress_y(Q1, fit1, tol=ctx.tol)[0]
-    Q2, F2, sd2, e2, pred = long_passes.placed_pass(ctx, u, Y1, scale, rng=ctx.rng)
-    F, sd = np.vstack([F1, F2]), np.vstack([sd1, sd2])
-    ends = tuple(np.concatenate([a, b]) for a, b in zip(e1, e2))
-    return ctx, model, u, (F, sd, ends, fit1, np.concatenate([fit1.C, e2[0]]), np.vstack([fit1.c, pred]))
-
-
-def test_joint_places_the_second_pass_under_the_first_pass_heights_when_it_fails(monkeypatch):
-    """_joint: a group fitted jointly from every configuration's positions is returned as it is;
-    when that route fails (singular here), the second pass's configurations are placed under the
-    first pass's heights (_repair from their predicted positions, chi2 unknown) and the group
-    fitted from there: within the noise, the heights the truth's; when both routes fail, the
-    first route's error is raised; of two fits above trim_above the lower is kept."""
-    ctx, model, u, args = _both_passes()
-    F, sd, ends, fit1, C0, c0 = args
-    m1, limit = len(fit1.c), ctx.tol.chi2_factor
-    plain = long_run._joint(ctx, *args)
-    assert plain.reduced <= limit
-    g_true = np.sort(-(model.v @ u))
-    real_group, real_repair, real_trim = long_run._fit_group_checked, long_run._repair, long_run._trim
-    held = []
-
-    def singular(*a):
-        raise IllConditionedError("plain route singular")
-
-    def spy(ctx, F, sd, ends, fit):
-        held.append(fit.chi2.copy())
-        return real_repair(ctx, F, sd, ends, fit)
-
-    monkeypatch.setattr(long_run, "_fit_group_checked", singular)
-    monkeypatch.setattr(long_run, "_repair", spy)
-    placed = long_run._joint(ctx, *args)
-    assert placed.reduced <= limit
-    assert np.allclose(np.sort(placed.g), g_true, rtol=1e-3)
-    assert np.all(np.isfinite(held[0][:m1])) and np.all(np.isinf(held[0][m1:]))
-    monkeypatch.setattr(long_passes, "_fit_group_checked", lambda *a: (_ for _ in ()).throw(
-        IllConditionedError("placed route singular")))
-    with pytest.raises(IllConditionedError, match="plain route singular"):
-        long_run._joint(ctx, *args)
-    monkeypatch.setattr(long_passes, "_fit_group_checked", real_group)
-    monkeypatch.setattr(long_run, "_fit_group_checked", real_group)
-    for first, second, kept in [(1e5, 1e6, 1e5), (1e6, 1e5, 1e5)]:
-        values = iter([first, second])
-        monkeypatch.setattr(long_run, "_trim", lambda *a: dataclasses.replace(real_trim(*a), reduced=next(values)))
-        assert long_run._joint(ctx, *args).reduced == kept
 
 
 def test_fit_config_labelled_keeps_the_starts_order():

@@ -17,7 +17,6 @@ from ..nodes import ratio_grid
 from ..results import Diagnostics
 from ..tolerances import LongTolerances
 from .ask import Context, ask_V
-from .fit import GroupFit
 from .passes import _fit_group_checked, _orthonormal, _repair, _trim, coarse_pass, placed_pass, probe_scale, random_pass
 from .rank import RowSpans, regress_in_spans
 from .solve import AnswerSpread, check_V, estimate_error, link_group, link_groups, regress_y, solve_heads
@@ -56,7 +55,8 @@ def _passes(ctx, u, scale, rng, spans):
     ends = tuple(np.concatenate([a, b]) for a, b in zip(e1, e2))
     C0 = np.concatenate([fit1.C, e2[0]])
     c0 = np.vstack([fit1.c, pred])
-    fit = _joint(ctx, F, sd, ends, fit1, C0, c0)
+    fit = _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)
+    fit = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, fit))
     if not fit.reduced <= tol.trim_above:  # a wrong local minimum the repairs did not undo: drawn again
         raise IllConditionedError(
             f"a group's joint fit stays at {fit.reduced:.3g} times its noise (reduced chi2) after its repairs: a "
@@ -64,43 +64,6 @@ def _passes(ctx, u, scale, rng, spans):
     Y, covY, used, perm, margin = regress(Q, fit)
     return {"g": fit.g, "g_sd": fit.g_sd, "Y": Y, "covY": covY, "reduced": fit.reduced,
             "used": int(used.sum()), "configs": len(Q), "perm": perm, "margin": margin}
-
-
-def _joint(ctx, F, sd, ends, fit1, C0, c0):
-    r"""The joint fit of both passes (``fit1`` the first pass's, ``c0`` its positions then the
-    second pass's predicted ones), repaired and trimmed (:func:`~.passes._repair`,
-    :func:`~.passes._trim`). When that stays above ``tol.trim_above`` times its noise or is
-    singular, the second pass's configurations are placed one by one under the first pass's
-    heights first, from their predicted positions (:func:`~.passes._repair` of a fit that holds
-    only the first pass's configurations), and the group is fitted jointly from there; the
-    better of the two is returned (the second only when it is better, so a group the first
-    route fits is fitted as it was).
-
-    Notes
-    -----
-    A joint fit started from every configuration's positions at once lets the second pass's
-    configurations pull the shared heights: with one head's :math:`y_h` predicted poorly (a
-    faint head), its steps start off in 32 configurations at once, and the heights follow them.
-    Measured at :math:`H=8`, :math:`d=16`, relative noise 6e-8 (``benchmarks/noise_design.py``
-    seed 0, group 4): a first pass at reduced :math:`\chi^2` 1.01, both passes together at 4e9,
-    still 4e7 after the repairs."""
-    tol, m1 = ctx.tol, len(fit1.c)
-    try:
-        first = _fit_group_checked(ctx, F, sd, ends, fit1.g, C0, c0)
-        first = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, first))
-        if first.reduced <= tol.trim_above:
-            return first
-    except IllConditionedError as exc:
-        first = exc
-    held = GroupFit(g=fit1.g, C=C0.copy(), c=c0.copy(), g_sd=fit1.g_sd, c_sd=np.zeros_like(c0),
-                    chi2=np.concatenate([fit1.chi2, np.full(len(c0) - m1, np.inf)]), reduced=fit1.reduced)
-    try:
-        placed = _trim(ctx, F, sd, ends, _repair(ctx, F, sd, ends, held))
-    except IllConditionedError:
-        if isinstance(first, Exception):
-            raise first from None
-        return first
-    return placed if isinstance(first, Exception) or placed.reduced < first.reduced else first
 
 
 def draw_groups(ctx, scale, *, rng):
