@@ -59,13 +59,16 @@ where it lowers a configuration's chi2; those rows were not re-run.)
 H = 4 on code c9a4b08 (eight anchor candidates, each stretched by its steps of appreciable height,
 the resolved one with the widest closest gap kept, a pair at two stretches when none resolves;
 nudged configurations fitted under the anchor's heights): 17/20 (all 20 returned, median 2.8e-4,
-44036 queries, 19 s; largest error/estimate 0.73, max 54928 queries). H = 8 was started on that
-code and stopped after 40 CPU minutes without its record (not archived); its file is from code
-24b7db1. On code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
+44036 queries, 19 s; largest error/estimate 0.73, max 54928 queries). H = 8 on code db42e11
+(the same, and a wrong anchor given up for the next, LongTolerances.anchor_check; models 0-9 and
+10-19 run as two processes with ``--first``): 0/20, all raised, 19 at the first group's anchor
+after two redraws (no candidate resolves its steps alone or at two stretches: the closest two at
+best 0.011 to 0.53 standard deviations apart), one at the first group's regression (a head's
+positions not linear in q); 3400 to 5452 queries, a median of 102 s of CPU. On code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
 18/20 (all 20 returned, median 3.4e-4, 38954 queries, 18 s; largest error/estimate 0.78; without
 the faint-head redraw, code 7eb6b6f, run not archived: 11/20, median 7.7e-4, 33662 queries; the
 archived run before it, code f56eefa: 11/20, median 8.6e-4, 33676 queries); H = 8 0/20 (all 20 raised
-in the first group: no stretched anchor candidate resolves eight steps at this noise). ``--heads 4
+in the first group). ``--heads 4
 --modes "long, L=128" --json benchmarks/results/torch_float32_long_h4_L128.json`` on code bc88993
 (the same design at twice the length, its noise ratio_noise(128), about twice ratio_noise(64)):
 11/20, median 6.0e-4, 1 raised, 0 silent, largest error/estimate 0.54.
