@@ -56,10 +56,12 @@ same since: neither change reaches groups of one or two heads): H = 1 20/20 to 1
 18552 queries per layer, 2 s each), H = 2 19/20 (median 3.5e-5, 23654, 3 s), 0 raised, 0 silent.
 (Code c9a4b08 changed ``_repair``, which groups of one or two heads also call: a refit kept only
 where it lowers a configuration's chi2; those rows were not re-run.)
-H = 4 on code c9a4b08 (eight anchor candidates, each stretched by its steps of appreciable height,
+H = 4 on code db42e11 (eight anchor candidates, each stretched by its steps of appreciable height,
 the resolved one with the widest closest gap kept, a pair at two stretches when none resolves;
-nudged configurations fitted under the anchor's heights): 17/20 (all 20 returned, median 2.8e-4,
-44036 queries, 19 s; largest error/estimate 0.73, max 54928 queries). H = 8 on code db42e11
+nudged configurations fitted under the anchor's heights; a wrong anchor given up for the next):
+16/20 (all 20 returned, median 3.5e-4, 45030 queries, 20 s; largest error/estimate 0.62, max
+57448 queries); on code c9a4b08 (the same but the last) 17/20, median 2.8e-4, 44036 queries,
+largest error/estimate 0.73: of the 20 errors 2 are the same in both runs. H = 8 on code db42e11
 (the same, and a wrong anchor given up for the next, LongTolerances.anchor_check; models 0-9 and
 10-19 run as two processes with ``--first``): 0/20, all raised, 19 at the first group's anchor
 after two redraws (no candidate resolves its steps alone or at two stretches: the closest two at
