@@ -14,7 +14,8 @@ seed s), ``learn(oracle, d, heads=H, design="long", relative_error=eps, max_leng
 "ok" = relative parameter error <= 1e-3 (param_error against canonical(model)). A record: ``o`` (the
 outcome: "ok", or the exception's name, then ``msg``), ``e`` (the error), ``b`` (its
 ``error_estimate``), ``q`` (queries), ``L`` (the longest), ``x2`` (``Diagnostics.holdout_chi2``:
-the held-out answers against the design's covariance), ``t`` (CPU seconds). Every trial is one
+the held-out answers against the design's covariance), ``r`` (the groups drawn again,
+``len(Diagnostics.redrawn)``; records before 2026-12-07 lack it), ``t`` (CPU seconds). Every trial is one
 task of :func:`attnlearn.sweeps.run_trials`, seeded by its key (H, d, eps, s): the records are the
 same for any number of workers (except the wall time ``t`` of each trial).
 
@@ -143,7 +144,8 @@ def trial(key):
         return {"o": "warning: " + type(w).__name__, "msg": str(w)[:160], "t": time.process_time() - t0}
     err = param_error(rec.model, canonical(model))
     return {"o": "ok", "e": float(err), "b": float(rec.error_estimate), "q": rec.queries["total"],
-            "L": int(oracle.max_length), "x2": rec.diagnostics.holdout_chi2, "t": time.process_time() - t0}
+            "L": int(oracle.max_length), "x2": rec.diagnostics.holdout_chi2, "r": len(rec.diagnostics.redrawn),
+            "t": time.process_time() - t0}
 
 
 def summary(H, d, eps, recs):

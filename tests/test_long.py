@@ -581,7 +581,7 @@ def test_a_group_seeing_a_head_faintly_is_drawn_again(monkeypatch, n_faint):
 
     monkeypatch.setattr(long_run, "_group", group)
     U, groups, redrawn, spent = long_run.draw_groups(ctx, 2.0, rng=np.random.default_rng(1))
-    attempts = min(n_faint + 1, tol.group_redraws + 1)
+    attempts = min(n_faint + 1, tol.faint_redraws + 1)
     assert len(tried) == d - 1 + attempts
     assert redrawn == ["group(2)"] * (attempts - 1)
     assert np.allclose(U @ U.T, 4.0 * np.eye(d), atol=1e-12)  # the kept direction among orthonormal rows
@@ -607,7 +607,7 @@ def test_a_faint_group_is_kept_when_its_redraws_raise(monkeypatch, k):
         ctx.ask.queries += 10
         if j == 0:
             ctx.retried += 3  # the faint attempt's anchor asked a second candidate
-        if j > 0 and j <= tol.group_redraws:
+        if 0 < j <= tol.faint_redraws:  # its redraws fail: the faint attempt is kept after these
             ctx.retried += 5  # lost with the raise
             raise IllConditionedError("degenerate")
         sd = [1.0, 1.0, 3 * tol.faint_head if j == 0 else 1.0]
@@ -617,8 +617,42 @@ def test_a_faint_group_is_kept_when_its_redraws_raise(monkeypatch, k):
     U, groups, redrawn, spent = long_run.draw_groups(ctx, 2.0, rng=np.random.default_rng(2))
     assert np.array_equal(U[k], tried[k]) and np.array_equal(groups[k]["u"], tried[k])
     assert np.allclose(U @ U.T, 4.0 * np.eye(d), atol=1e-12)
+    assert tol.faint_redraws < tol.group_redraws
+    assert len(tried) == d + tol.faint_redraws  # not the failure budget's remaining redraws
+    assert redrawn == [f"group({k + 1})"] * tol.faint_redraws
+    assert spent == 10 * tol.faint_redraws and ctx.retried == 3
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_group_failing_all_but_its_last_redraw_is_kept(monkeypatch, k):
+    """Group k + 1 (k = 3: the last, drawn again by tilts) fails at its first attempt and at
+    every redraw but the last (``tol.group_redraws``, more than the faint budget): the last
+    attempt's direction and result are kept, every failed attempt's queries spent."""
+    d = 4
+    ctx = _bare_context(d)
+    tol = ctx.tol
+    tried = []
+
+    def group(ctx, u, scale, rng):
+        j = len(tried) - k  # this group's attempt
+        tried.append(u.copy())
+        ctx.ask.queries += 10
+        if 0 <= j < tol.group_redraws:
+            raise IllConditionedError("degenerate")
+        return {"u": u.copy(), "covY": np.broadcast_to(np.eye(d) / d, (3, d, d))}
+
+    monkeypatch.setattr(long_run, "_group", group)
+    U, groups, redrawn, spent = long_run.draw_groups(ctx, 2.0, rng=np.random.default_rng(3))
+    assert len(tried) == d + tol.group_redraws
+    assert np.array_equal(U[k], tried[k + tol.group_redraws]) and np.array_equal(groups[k]["u"], U[k])
     assert redrawn == [f"group({k + 1})"] * tol.group_redraws
-    assert spent == 10 * tol.group_redraws and ctx.retried == 3
+    assert spent == 10 * tol.group_redraws
+    if k < d - 1:  # a new direction orthogonal to the groups before: the rows stay orthonormal
+        assert np.allclose(U @ U.T, 4.0 * np.eye(d), atol=1e-12)
+    else:  # the last group tilted by tol.last_tilt out of its first direction, every time
+        first = tried[k] / 2.0
+        for u in tried[k + 1:]:
+            assert np.isclose(abs(u / 2.0 @ first), np.cos(tol.last_tilt), atol=1e-12)
 
 
 def test_groups_redraws_exhausted_raise(monkeypatch):
@@ -958,7 +992,7 @@ def test_unresolved_candidates_are_stretched_again_and_fitted_in_pairs(monkeypat
     assert param_error(rec.model, M) <= rec.error_estimate
 
     monkeypatch.setattr(long_fit, "_resolved", lambda *args: 0.0)
-    with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: a group's anchor configuration, stretched, "
+    with pytest.raises(IllConditionedError, match=rf"group 1, after {tol.group_redraws} redraws: a group's anchor configuration, stretched, "
                                                   r"does not resolve its steps \(of 8 candidates, alone and stretched "
                                                   r"again by 2, the closest two at best 0 standard deviations"):
         learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
@@ -1000,7 +1034,7 @@ def test_an_anchor_whose_nudges_lose_its_labels_gives_way_to_the_next(monkeypatc
 
     monkeypatch.setattr(long_passes, "fit_config", lambda *a, **kw: (*real_fit(*a, **kw)[:3], np.inf)
                         if kw.get("labelled") else real_fit(*a, **kw))
-    with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: none of a group's anchors holds: not "
+    with pytest.raises(IllConditionedError, match=rf"group 1, after {tol.group_redraws} redraws: none of a group's anchors holds: not "
                                                   r"one of the first 4 nudged configurations of each was fitted"):
         learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
 
@@ -1119,7 +1153,7 @@ def test_a_group_left_far_above_its_noise_is_drawn_again(monkeypatch):
     assert rec.queries["design"] == sum(long_cost(d, H, L, tol=LongTolerances())[0].values())
     assert len(calls) == d + 1 and param_error(rec.model, M) <= rec.error_estimate
     monkeypatch.setattr(long_run, "_trim", lambda *args: dataclasses.replace(real(*args), reduced=np.inf))
-    with pytest.raises(IllConditionedError, match=r"group 1, after 2 redraws: a group's joint fit stays at inf "
+    with pytest.raises(IllConditionedError, match=rf"group 1, after {LongTolerances().group_redraws} redraws: a group's joint fit stays at inf "
                                                   r"times its noise \(reduced chi2\) after its repairs"):
         learn(Oracle(M), d, heads=H, design="long", max_length=L, seed=0)
 

@@ -319,11 +319,19 @@ class LongTolerances:
     group_redraws : int
         A degenerate group (a vanishing :math:`\gamma_h=-u^\top v_h` or coinciding heads), or
         one whose joint fit stays above ``trim_above`` times its noise, is drawn again with a
-        new :math:`u` at most twice.
+        new :math:`u` at most 6 times. Whether an attempt fails depends on its direction
+        (where each head's steps fall along the query, how far apart, how high), so a group
+        that failed in one direction may hold in another: with eight heads at float32-level
+        noise (``benchmarks/noise_design.py --row 8,16,6e-8,5``) the two models of five that
+        raised did so in a group after its two redraws, a cap of 2 that costs a whole model
+        when three attempts fail in one of its 16 groups. A failed attempt costs one group's
+        queries; redraws beyond the faint budget are asked only by a group with no result.
+    faint_redraws : int
+        A faint group (``faint_head``) is drawn again at most twice.
     faint_head : float
         A group in which one head's :math:`y` has a standard deviation
         (:math:`\sqrt{\operatorname{tr}\operatorname{cov}y_h}`) over 8 times the median of the
-        group's heads' is drawn again (at most ``group_redraws`` times; then the least faint
+        group's heads' is drawn again (at most ``faint_redraws`` times; then the least faint
         attempt is kept): a head nearly orthogonal to :math:`u` (:math:`\gamma_h=-u^\top v_h`
         near 0) is seen through steps of almost no height, and its row of :math:`Y_h` carries
         its error undiluted into :math:`W_h=U^{-1}Y_h`. Measured on float32 layers (:math:`H=4`,
@@ -494,7 +502,8 @@ class LongTolerances:
     reprobe_above: float = 256.0
     reprobe_rounds: int = 3
     groups_factor: int = 2
-    group_redraws: int = 2
+    group_redraws: int = 6
+    faint_redraws: int = 2
     faint_head: float = 8.0
     last_tilt: float = np.pi / 4
     link_configs: int = 3

@@ -120,9 +120,10 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
     :math:`u=` ``O[k] * scale``; on a ``retry`` error the direction is drawn again (orthogonal to
     the groups before; for the last group :func:`_tilt`), at most ``tol.group_redraws`` times, the
     group's name appended to ``redrawn``. With ``faintness`` (of an attempt's result; 0 when every
-    head is seen well), a result fainter than ``tol.faint_head`` is drawn again too, while redraws
-    are left; when none is left, the least faint result returned so far is kept (its direction
-    put back in ``O[k]``, the later rows turned orthogonal to it). Returns ``(u, attempt's result,
+    head is seen well), a result fainter than ``tol.faint_head`` is drawn again too, within the
+    first ``tol.faint_redraws`` redraws; after those, the least faint result returned so far is
+    kept (its direction put back in ``O[k]``, the later rows turned orthogonal to it), and only a
+    group with no result at all goes on to its remaining redraws. Returns ``(u, attempt's result,
     queries spent on the attempts not kept)``.
 
     Raises
@@ -131,6 +132,8 @@ def _draw_group(ctx, O, k, scale, rng, attempt, redrawn, *, retry=IllConditioned
         Still failing after the redraws, no faint result kept."""
     spent, first, kept = 0, O[k].copy(), None  # kept: (faintness, u, result, queries, retried)
     for a in range(ctx.tol.group_redraws + 1):
+        if kept is not None and a > ctx.tol.faint_redraws:
+            break  # a faint result in hand: later failures are not drawn again
         before, retried = ctx.ask.queries, ctx.retried
         if a:
             redrawn.append(f"group({k + 1})")
