@@ -78,10 +78,10 @@ queries). Recovered to 1e-4: the same counts as to 1e-6 (every return is below 1
 
 With ``--rank`` every layer is learned by ``attnlearn.learn(TorchOracle(m, readout=r), d, heads=H,
 seed=i, bias=True, design="long", max_length=--length (512), rank=d // H)``; records add ``ranks``
-(the ranks certified), ``design`` and ``length``. Measured (2026-12-06, code ba8988a; the two d = 64
-layers that raised there, seeds 5 and 19, re-run at 2b51ce1, which draws a group without an assignment
-margin again and leaves every other run unchanged), ``benchmarks/results/scale_rank.json``, one thread
-under ``nice -n 10``, two processes on a 2-core machine:
+(the ranks certified), ``design`` and ``length``. Measured (2026-12-07; d = 16 and 32 on code 2aace8d,
+d = 64 on 72b0596, which differs from 2aace8d only where a group fails after two redraws, and
+raises there: every d = 64 layer returned), ``benchmarks/results/scale_rank.json``, one thread per process under
+``nice``, on a 2-core machine shared with other runs (the CPU times are the figures to compare):
 
     python benchmarks/scale.py --d 16 --heads 4 --models 20 --rank
     python benchmarks/scale.py --d 32 --heads 4 --models 10 --rank
@@ -89,13 +89,15 @@ under ``nice -n 10``, two processes on a 2-core machine:
 
 | d | H | p | layers | returned | to 1e-6 | median error | worst error | median est/err | largest err/est | median queries | median CPU s | oracle's share |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|
-| 16 | 4 | 4 | 20 | 20 | 20/20 | 1.1e-11 | 1.1e-09 | 9.3 | 0.42 | 19,609 | 11 | 22% |
-| 32 | 4 | 8 | 10 | 10 | 10/10 | 8.4e-11 | 1.8e-10 | 10.2 | 0.17 | 67,550 | 53 | 36% |
-| 64 | 4 | 16 | 20 | 20 | 19/20 | 7.9e-11 | 5.2e-06 | 7.3 | 0.30 | 241,222 | 308 | 54% |
+| 16 | 4 | 4 | 20 | 20 | 20/20 | 7.8e-12 | 1.9e-10 | 10.2 | 0.39 | 24,889 | 6 | 37% |
+| 32 | 4 | 8 | 10 | 10 | 10/10 | 3.0e-11 | 2.0e-10 | 9.6 | 0.25 | 76,625 | 27 | 54% |
+| 64 | 4 | 16 | 20 | 20 | 20/20 | 1.4e-10 | 1.4e-08 | 9.9 | 0.34 | 262,252 | 198 | 73% |
 
-Every rank was certified at p. The d = 64 layer at 5.2e-6 (seed 18) has an estimate of 3.5e-5; groups
-were drawn again in 6, 7 and 20 of the layers (an origin not fitted, a regression just above its chi2
-limit, a reduced group with one mislabelled configuration), at most 6.2 % of a layer's queries.
+Every rank was certified at p. At d = 64 the redraws (groups drawn again, and an anchor's later
+candidates) took 13,380 to 21,900 queries of a layer's 260,677 to 269,197, and the CPU time per
+layer ranged over 152 to 244 s. On code ba8988a (2026-12-06) the same cells gave 19,609, 67,550 and
+241,222 queries at medians of 11, 53 and 308 s, the learner's share of the time larger (d = 64: 46 %,
+now 27 %).
 
 Eight heads, in the same file:
 
