@@ -99,45 +99,25 @@ layer ranged over 152 to 244 s. On code ba8988a (2026-12-06) the same cells gave
 241,222 queries at medians of 11, 53 and 308 s, the learner's share of the time larger (d = 64: 46 %,
 now 27 %).
 
-Eight heads, in the same file:
+Eight heads, in the same file (code 2aace8d):
 
-    python benchmarks/scale.py --d 16 --heads 8 --models 20 --rank                 # code 92ca33d
-    python benchmarks/scale.py --d 64 --heads 8 --models 1 --rank --length 128     # code 574b5f5
-    python benchmarks/scale.py --d 128 --heads 8 --models 3 --rank --length 128 --timeout 3600  # c9a4b08
-    python benchmarks/scale.py --d 128 --heads 8 --models 1 --first S --rank --length 128 --timeout 3600  # S = 3..9, b4232fe
+    python benchmarks/scale.py --d 16 --heads 8 --models 20 --rank
+    python benchmarks/scale.py --d 64 --heads 8 --models 1 --rank --length 128
+    python benchmarks/scale.py --d 128 --heads 8 --models 5 --first 0 --rank --length 128 --timeout 7200  # and --first 5
 
-d = 128 (the JSON's rows): seeds 0, 1, 2 on code c9a4b08 (eight anchor candidates, each stretched
-by its steps of appreciable height, the widest resolved kept; nudged configurations fitted under
-the anchor's heights; a repair kept only where it lowers chi2), seeds 3 to 9 on code b4232fe (the
-same learner; which queries count as the design's fixed): all 10 returned, errors 1.1e-9 to
-6.3e-8 (median 8.4e-9), the largest error/estimate 0.21, 731,441 to 747,481 queries, 678 to 945 s
-of CPU (median 791 s; the learner 68 to 73 % of it, the oracle the rest). Code db42e11's check of
-a group's anchor (LongTolerances.anchor_check) acts only where none of an anchor's first four
-nudged configurations is fitted within the noise from its start; whether it would on these layers
-was not measured (it did not in 130 groups of eight heads at float32-level noise,
-noise_design.py). On the code before c9a4b08 (705d9f4), seeds 1, 3, 4, 5 and 6 all raised
-(anchors that did not resolve in groups 2 and 3; singular or mislabelled groups in groups 11 and
-later), not archived. The rest of this paragraph is the earlier code's:
+d = 16 (p = 2, 512 tokens): 20/20 returned, all to 1e-6 (median 1.1e-8, worst 3.7e-7), largest
+error/estimate 0.28, 27,109 to 31,641 queries, median 25 s of CPU (learner 23). d = 64 (p = 8, 128
+tokens): 1/1, error 2.2e-9 (estimate 1.2e-8), 215,497 queries, 114 s of CPU (learner 91, oracle
+23). d = 128 (p = 16, 128 tokens; seed 4 run on its own, ``--models 1 --first 4``): 10/10
+returned, all to 1e-6, errors 4.2e-10 to 6.7e-8 (median 7.2e-9), the largest error/estimate 0.19,
+729,121 to 757,481 queries, 628 to 755 s of CPU (median 692 s; the learner 66 to 70 % of it).
 
-d = 16 (p = 2, 512 tokens): 20/20 returned, 18 to 1e-6, largest error/estimate 0.39, median 18.5 s
-of CPU (learner 16.6). d = 64 (p = 8, 128 tokens): 1/1, error 1.7e-9 (estimate 8.5e-9), 212,017
-queries, 233 s of CPU (learner 199, oracle 33). d = 128 (p = 16, 128 tokens): seed 0 returned, error
-3.2e-10 (estimate 2.4e-9), 753,961 queries (683,009 of the design), 1144 s of CPU (learner 896,
-oracle 248); seed 1 raised IllConditionedError in group 12 after two redraws (a singular information
-matrix: two heads not told apart there), 333,009 queries, 488 s; seed 2 returned, error 3.5e-10
-(estimate 2.7e-9), 864,241 queries, 1377 s (learner 1095, oracle 282). At 128 tokens the learner's own
-fits cost more than the oracle's answers (at 512 tokens and d = 128 the oracle alone would take about
-35 minutes a layer); nearly all of the learner's time is ``fit_config``'s Levenberg-Marquardt
-scouting (cProfile, d = 32, H = 8: 56 of 68 s, about six starts per configuration fit).
-
-With a nudged configuration's fit started from its anchor's positions moved under the anchor's
-heights (``fit_config(..., g0=)``, code 7eb6b6f; the ranked groups' learner is that of every later
-commit): d = 32, H = 8, seed 0, 128 tokens, 90 s of learner CPU before, 47 s after (cProfile; 4.6
-starts per fit; 72 % of the fits within the noise from their first start). d = 128, seed 0, run again on that
-code (not in the JSON, which keeps one code per row): returned, error 3.0e-10 (estimate 2.4e-9),
-807,561 queries, 1043 s of CPU (learner 722, oracle 321): the learner's share fell from 78 % to
-69 %, and still exceeds the oracle's. What remains is mostly the anchor's candidates (cProfile,
-d = 32: 18 of 47 s), fitted with no known heights.
+At 128 tokens the learner's own fits cost more than the oracle's answers (at 512 tokens and d = 128
+the oracle alone would take about 35 minutes a layer). Nearly all of the learner's time is
+``fit_config``'s Levenberg-Marquardt fits of the anchor's candidates and of the nudged
+configurations (cProfile on code 7eb6b6f, d = 32, H = 8, seed 0: 47 s of learner CPU, 18 s of it
+the anchor's candidates, fitted with no known heights; a nudged configuration starts from its
+anchor's positions moved under the anchor's heights, 4.6 starts per fit).
 
 d = 256, H = 4 (p = 64, 128 tokens), code bc88993, ``--d 256 --heads 4 --models 1 --rank --length
 128 --timeout 2700 --json benchmarks/results/scale_rank_d256.json`` (a file of its own: chapter 9
