@@ -66,7 +66,11 @@ largest error/estimate 0.73: of the 20 errors 2 are the same in both runs. H = 8
 10-19 run as two processes with ``--first``): 0/20, all raised, 19 at the first group's anchor
 after two redraws (no candidate resolves its steps alone or at two stretches: the closest two at
 best 0.011 to 0.53 standard deviations apart), one at the first group's regression (a head's
-positions not linear in q); 3400 to 5452 queries, a median of 102 s of CPU. On code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
+positions not linear in q); 3400 to 5452 queries, a median of 102 s of CPU. Models 0-4 again on
+code e3d7b84 (the learner of 2aace8d: a group with no result drawn again up to six times; ``--heads
+8 --models 1 --first S``, joined in ``torch_float32_long_h8_r6.json``): 0/5, every one in its first
+group after six redraws (four at its anchor, one a head's positions not linear in q), 8224 to
+10312 queries, 196 to 220 s of CPU. On code 24b7db1 (the learner of bc88993; only the redraws' bookkeeping differs): H = 4
 18/20 (all 20 returned, median 3.4e-4, 38954 queries, 18 s; largest error/estimate 0.78; without
 the faint-head redraw, code 7eb6b6f, run not archived: 11/20, median 7.7e-4, 33662 queries; the
 archived run before it, code f56eefa: 11/20, median 8.6e-4, 33676 queries); H = 8 0/20 (all 20 raised

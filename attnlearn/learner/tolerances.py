@@ -322,13 +322,13 @@ class LongTolerances:
         new :math:`u` at most 6 times. Whether an attempt fails depends on its direction
         (where each head's steps fall along the query, how far apart, how high), so a group
         that failed in one direction may hold in another. With eight heads at float32-level
-        noise (``benchmarks/noise_design.py --row 8,16,6e-8,5``), under a cap of 2, two models
-        of five raised, each in a group whose three attempts failed; with 6 the first two
-        models run drew a group again 17 and 23 times (failed or faint attempts, over 16
-        groups: about one attempt in two) and returned, at 14 and 17 times :math:`4Hd^2`
-        queries. A failed attempt costs one group's queries; redraws beyond the faint budget
-        are asked only by a group with no result, so a model in which no group's first three
-        attempts all fail is learned as with a cap of 2.
+        noise (``benchmarks/noise_design.py --row 8,16,6e-8,20``), under a cap of 2 two of
+        the first five models raised, each in a group whose three attempts failed; with 6,
+        19 of the 20 return, having drawn a group again 8 to 23 times (failed or faint
+        attempts, over 16 groups), at 10 to 17 times :math:`4Hd^2` queries. A failed attempt
+        costs one group's queries; redraws beyond the faint budget are asked only by a group
+        with no result, so a model in which no group's first three attempts all fail is
+        learned as with a cap of 2.
     faint_redraws : int
         A faint group (``faint_head``) is drawn again at most twice.
     faint_head : float
