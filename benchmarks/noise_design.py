@@ -1,7 +1,7 @@
-"""The long ratio design through float32-level noise (issue 17, chapter 5): the acceptance rows.
+"""The long ratio design through float32-level noise (chapter 5b): its measured rows.
 
     python benchmarks/noise_design.py                  # the small rows (H = 1, 2, 4 at d = 4)
-    python benchmarks/noise_design.py --rows accept    # the issue's acceptance rows (hours on 2 cores)
+    python benchmarks/noise_design.py --rows accept    # the committed rows (hours on 2 cores)
     python benchmarks/noise_design.py --row 2,16,6e-8,20   # one row: H, d, eps, models
     python benchmarks/noise_design.py --workers 8      # local processes; --scheduler tcp://host:8786 for Dask
     python benchmarks/noise_design.py --out PATH       # the records as JSON
@@ -14,90 +14,51 @@ seed s), ``learn(oracle, d, heads=H, design="long", relative_error=eps, max_leng
 "ok" = relative parameter error <= 1e-3 (param_error against canonical(model)). A record: ``o`` (the
 outcome: "ok", or the exception's name, then ``msg``), ``e`` (the error), ``b`` (its
 ``error_estimate``), ``q`` (queries), ``L`` (the longest), ``x2`` (``Diagnostics.holdout_chi2``:
-the held-out answers against the design's covariance), ``r`` (the groups drawn again,
-``len(Diagnostics.redrawn)``; records before 2026-12-07 lack it), ``t`` (CPU seconds). Every trial is one
-task of :func:`attnlearn.sweeps.run_trials`, seeded by its key (H, d, eps, s): the records are the
-same for any number of workers (except the wall time ``t`` of each trial).
+the held-out answers against the design's covariance), ``r`` (how many times a group was drawn
+again, ``len(Diagnostics.redrawn)``; the float64 rows' records lack it), ``t`` (CPU seconds). Every
+trial is one task of :func:`attnlearn.sweeps.run_trials`, seeded by its key (H, d, eps, s): the
+records are the same for any number of workers and any split of a row with ``--first`` (except the
+CPU time ``t`` of each trial).
 
 Printed per row: ok to 1e-3 and to 1e-6, the median error, returns beyond 10x their estimate
 (error > 10 error_estimate: must be 0), the largest error / estimate, raised trials by class,
 queries per 4 H d^2 (budget 25), the longest query (budget 4096) and the median CPU time per model
 (time.process_time of the worker: one core).
 
-Measured (2026-12-03, this machine: 2 shared cores, AMD EPYC, under nice -n 15; every row with
-``--workers 2`` on the same code: the coarse pass anchored from H = 3 (LongTolerances.anchored_heads),
-random for H = 1, 2; the groups' u_k the rows of a random orthogonal matrix (draw_groups); _trim;
-LongTolerances.rounding = 1/2):
+Measured (2026-12-07, this machine: 2 shared cores, AMD EPYC; one process per run, ``--workers 1``,
+beside two or three other runs; the learner of code 2aace8d, a group with no result drawn again up
+to ``LongTolerances.group_redraws`` = 6 times; ``benchmarks/results/noise_design_<row>.json``):
 
-    --row 1,64,6e-8,5 (benchmarks/results/noise_design_H1_d64.json; re-run 2026-12-06 on code
-    f56eefa, --workers 1 beside other runs, as the next two):
+    --row 1,64,6e-8,5 (noise_design_H1_d64.json):
     H=1 d=64 eps=6e-08 ok(1e-3) 5/5 ok(1e-6) 5/5 median 1.7e-07 beyond 10x est 0 max e/est 0.41
-             queries/4Hd^2 20.0 longest 4096 234.0 s/model raised: none
-    --row 2,16,6e-8,20 (benchmarks/results/noise_design_H2_d16.json):
-    H=2 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 16/20 median 3.3e-07 beyond 10x est 0 max e/est 0.44
-             queries/4Hd^2 12.6 longest 4096 16.6 s/model raised: none
-             (on 2026-12-03's code: 20/20, 15/20 to 1e-6, median 3.0e-7)
-    --row 4,16,6e-8,20 (benchmarks/results/noise_design_H4_d16.json; re-run 2026-12-06 on code
-    bc88993, --workers 1: a group that sees one head faintly drawn again, LongTolerances.faint_head):
-    H=4 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 7/20 median 1.3e-06 beyond 10x est 0 max e/est 0.44
-             queries/4Hd^2 11.7 longest 4096 36.6 s/model raised: none
-             (on code f56eefa: 20/20, 1/20 to 1e-6, median 2.7e-6, 9.6 x 4Hd^2; on 2026-12-03's
-             code: 19/20, 4/20 to 1e-6, median 3.7e-6, 1 IllConditionedError)
-    --row 8,16,6e-8,5 (benchmarks/results/noise_design_H8_d16.json; 2026-12-07, code db42e11, five
-    models, stopped there for time: eight anchor candidates stretched by their steps of appreciable
-    height, a pair at two stretches when none resolves alone, nudged configurations fitted under the
-    anchor's heights, a wrong anchor given up for the next, LongTolerances.anchor_check, which did
-    not fire in any of the 130 groups drawn): goal (10/20) NOT met
-    H=8 d=16 eps=6e-08 ok(1e-3) 3/5 ok(1e-6) 0/5 median 3.0e-05 beyond 10x est 0 max e/est 0.37
-             queries/4Hd^2 15.5 longest 4096 472.5 s/model raised: IllConditionedError 2
-             (the two in groups 6 and 11 of 16, a joint fit left 1e10 and 3e8 times above its noise
-             after its repairs). The same five models on code c9a4b08, whose learner acts on them
-             as this one's (the changes between: which queries count as the design's, a
-             refactoring, and the check that did not fire): 0/5 (in groups 4, 5, 8, 13 and 14; four joint fits 2e4 to 7e9 above
-             their noise, one head's positions not linear in q). At eight heads the fits are
-             steered by the last bits of the arithmetic, which differ from run to run: three runs
-             of seed 0, their learners differing only in paths not taken there, left its group 3's
-             coarse pass at reduced chi2 192, 2e3 and 9e4. Five
-             models measure the share coarsely. The rows above (H = 1, 2, 4) were not re-run on
-             this code.
-    Before, the 20-model row (code
-    bc88993, --workers 1: the stretched anchor kept when its own fit resolves its steps, else the
-    next candidate; a group that sees one head faintly drawn again): goal (10/20) NOT met
-    H=8 d=16 eps=6e-08 ok(1e-3) 0/20 ok(1e-6) 0/20 median - beyond 10x est 0 max e/est -
-             queries/4Hd^2 - longest None 19.5 s/model raised: IllConditionedError 20
-             (19 at the anchored coarse pass of a group after 2 redraws, 11 in group 1: no
-             stretched candidate resolves its steps, the best one's closest two at most 1.6 sd
-             apart; 1 with a group's joint fit left 4.5e10 times above its noise after its repairs);
-             on code f56eefa: 18 at an anchor (15 in group 1), 2 at a joint fit;
-             the Cramer-Rao floor allows 4e-7 (chapter 5b, which also shows where the information
-             lies: two stretches of one q fitted together, or the heights known).
-             On code 92ca33d: 0/20 too, 18 at the anchor (11 in group 1).
-             Before (code 9934694, the anchor judged by the candidate's predicted positions):
-             0/20, 19 in group 1 and 1 in group 3
-    --row 4,32,1e-16,20 (benchmarks/results/noise_design_H4_d32_f64.json; re-run 2026-12-06 on code
-    9934694, --workers 1 beside other runs; before it the largest error/estimate was 1.44: the held-out
-    answers raised two estimates, T/m 6.9 and 3.8):
+             queries/4Hd^2 20.0 longest 4096 230.4 s/model raised: none
+    --row 2,16,6e-8,20 (noise_design_H2_d16.json):
+    H=2 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 16/20 median 3.0e-07 beyond 10x est 0 max e/est 0.44
+             queries/4Hd^2 12.6 longest 4096 19.5 s/model raised: none
+    --row 4,16,6e-8,20 (noise_design_H4_d16.json; 18 of the 20 drew a group again, at most 5 times):
+    H=4 d=16 eps=6e-08 ok(1e-3) 20/20 ok(1e-6) 9/20 median 1.1e-06 beyond 10x est 0 max e/est 0.48
+             queries/4Hd^2 13.5 longest 4096 36.9 s/model raised: none
+    --row 8,16,6e-8,20 (noise_design_H8_d16.json; one run per model, --row 8,16,6e-8,1 --first s,
+    joined with --merge):
+    H=8 d=16 eps=6e-08 ok(1e-3) 19/20 ok(1e-6) 0/20 median 2.4e-05 beyond 10x est 0 max e/est 0.69
+             queries/4Hd^2 16.8 longest 4096 515.5 s/model raised: UnmatchedHeadsError 1
+             (every returned model drew groups again, 8 to 23 times over its 16 groups, and asked
+             10.2 to 16.8 times 4Hd^2 queries; seed 11 raised at link(1,11), two pairings of the
+             groups' heads as bad as each other, chi2 8.5e18; CPU 322 to 801 s per model)
+    --row 6,8,1e-16,20 (noise_design_H6_d8_f64.json; float64 rounding; 19 of the 20 drew a group
+    again, at most 7 times):
+    H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 2.7e-11 beyond 10x est 0 max e/est 0.21
+             queries/4Hd^2 18.5 longest 4096 17.4 s/model raised: none
+
+The row of width 32 in float64 was run on code 9934694 (2026-12-06) and not since (about an hour
+of CPU); the learner has changed for it in the anchored coarse pass (H >= 3) and the redraws:
+
+    --row 4,32,1e-16,20 (noise_design_H4_d32_f64.json):
     H=4 d=32 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 19/20 median 5.1e-11 beyond 10x est 0 max e/est 0.55
              queries/4Hd^2 8.7 longest 4096 175.4 s/model raised: none
-    --row 6,8,1e-16,20 (benchmarks/results/noise_design_H6_d8_f64.json; re-run 2026-12-06 on code
-    9934694, the estimate confronted with the held-out answers, --workers 1 beside other runs):
-    H=6 d=8 eps=1e-16 ok(1e-3) 20/20 ok(1e-6) 20/20 median 1.3e-10 beyond 10x est 0 max e/est 0.69
-             queries/4Hd^2 8.9 longest 4096 43.6 s/model raised: none
 
-The same rows before this code (commit 2309a43: independent random u_k, rounding 1/8, no
-_trim; three changes at once, the controlled comparison of the directions alone is in
-torch_layers.py): H = 1, d = 64 5/5, median 2.2e-6; H = 2, d = 16 20/20, median 1.8e-6;
-H = 4, d = 16 20/20, median 2.0e-5 (on 2026-12-03's code 19/20: one model's group 13 anchor
-failed after two redraws); H = 6, d = 8 float64 20/20, median 5.3e-10. Independent rows raise the design's
-aggregate error factor ||U^-1||_F s / sqrt(d) to a median of 7.1 and a 90th percentile of 34 at
-d = 16 (chapter 5b). Before _trim and
-rounding 1/2, H = 4, d = 32 float64: 2 models, 1 returned at 5.2e-5 (one group's shared heights
-pulled 3e-5 off by three configurations in a wrong local minimum, reduced chi2 1e14), 1
-IllConditionedError (stretched anchors fitted at 3 to 55 times their modelled chi2 at the true
-parameters: the float64 rounding modelled at 1/8 of L eps max|F|, about the median).
-Earlier still (random coarse pass for every H, before the verification merge):
-    --rows small: H=1 d=4 20/20, H=2 d=4 19/20, H=4 d=4 7/20 (13 raised), 0 beyond 10x in every row
-    --row 2,16,6e-8,20 with the anchored coarse pass (not kept): 14/20 ok, random: 20/20
+The rows of earlier codes are in the history of the records (``git log -p
+benchmarks/results/noise_design_*.json`` and the commit messages).
 """
 
 import os
